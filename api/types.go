@@ -1,0 +1,259 @@
+// Package api holds the wire types of the agentbox HTTP API v1 and its
+// OpenAPI description. It is imported by the daemon (internal/httpapi) and by
+// the Go SDK (sdk/go), so the two can never drift apart. It has no logic and
+// imports nothing from internal/.
+//
+// Conventions: JSON field names are snake_case; times are RFC 3339; byte
+// payloads inside JSON (exec output, stdin) are base64 ([]byte fields).
+package api
+
+import "time"
+
+// Version is the API version spoken by this build. Clients send it in the
+// VersionHeader; the daemon answers with its own.
+const Version = "v1"
+
+// Headers used on every request or response.
+const (
+	// VersionHeader carries the client's and the daemon's agentbox version.
+	VersionHeader = "Agentbox-Version"
+	// RequestIDHeader carries the id that also appears in the daemon's log
+	// line and in any error body for that request.
+	RequestIDHeader = "X-Request-Id"
+)
+
+// Error is the body of every non-2xx response.
+type Error struct {
+	Code      string `json:"code"`       // stable category: "not_found", "invalid_argument", ...
+	Message   string `json:"message"`    // human-readable, safe to show; never internal detail
+	RequestID string `json:"request_id"` // matches the daemon's log line
+}
+
+// Resources are the limits applied to a sandbox's cgroup. Zero means the
+// daemon's default.
+type Resources struct {
+	CPUs        float64 `json:"cpus,omitempty"`         // cores, e.g. 0.5 or 2
+	MemoryBytes int64   `json:"memory_bytes,omitempty"` // hard limit, no swap
+	PidsMax     int64   `json:"pids_max,omitempty"`     // processes+threads
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Template       string            `json:"template,omitempty"` // default "busybox"
+	Env            map[string]string `json:"env,omitempty"`      // default environment of every exec
+	Labels         map[string]string `json:"labels,omitempty"`
+	Resources      Resources         `json:"resources,omitempty"`
+	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"` // hard lifetime; 0 = none
+	Hostname       string            `json:"hostname,omitempty"`
+}
+
+// Sandbox states.
+const (
+	StateCreating = "creating"
+	StateRunning  = "running"
+	StateStopped  = "stopped" // the guest died; only delete is possible
+	StateDeleting = "deleting"
+)
+
+// Sandbox describes one sandbox.
+type Sandbox struct {
+	ID           string            `json:"id"`
+	Template     string            `json:"template"`
+	TemplateID   string            `json:"template_id"` // content hash of the template's layers
+	State        string            `json:"state"`
+	Env          map[string]string `json:"env,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Resources    Resources         `json:"resources"`
+	Hostname     string            `json:"hostname"`
+	Backend      string            `json:"backend"`
+	GuestVersion string            `json:"guest_version,omitempty"`
+	CreatedAt    time.Time         `json:"created_at"`
+	ExpiresAt    *time.Time        `json:"expires_at,omitempty"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// TTY asks for a pseudo-terminal of the given size.
+type TTY struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
+//
+// Exactly one of Cmd (argv, run directly) or Command (a string run by
+// "/bin/sh -c") must be set.
+type ExecRequest struct {
+	Cmd            []string          `json:"cmd,omitempty"`
+	Command        string            `json:"command,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`        // merged over the sandbox's env
+	Cwd            string            `json:"cwd,omitempty"`        // absolute path inside the sandbox; default "/root" or "/"
+	User           string            `json:"user,omitempty"`       // name or uid[:gid] inside the sandbox; default root
+	Stdin          []byte            `json:"stdin,omitempty"`      // written then closed, unless StdinOpen
+	StdinOpen      bool              `json:"stdin_open,omitempty"` // keep stdin open for POST .../processes/{pid}/stdin
+	TTY            *TTY              `json:"tty,omitempty"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"` // kill the process after this long; 0 = none
+	Background     bool              `json:"background,omitempty"`      // return at once with the pid; re-attach later
+}
+
+// Exec event types, one JSON object per line in an exec or attach stream
+// (Content-Type: application/x-ndjson).
+const (
+	EventStarted = "started" // Pid set
+	EventStdout  = "stdout"  // Data set
+	EventStderr  = "stderr"  // Data set (never sent with a TTY: output is merged)
+	EventExit    = "exit"    // ExitCode, Signal, TimedOut set; last event
+	EventError   = "error"   // Error set; last event
+)
+
+// ExecEvent is one line of an exec or attach stream.
+type ExecEvent struct {
+	Type     string `json:"type"`
+	Pid      int    `json:"pid,omitempty"`
+	Data     []byte `json:"data,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"` // set on exit; -1 when killed by a signal
+	Signal   string `json:"signal,omitempty"`    // e.g. "KILL" when killed by a signal
+	TimedOut bool   `json:"timed_out,omitempty"`
+	Error    *Error `json:"error,omitempty"`
+}
+
+// Process describes a process started through exec.
+type Process struct {
+	Pid       int        `json:"pid"`
+	Cmd       []string   `json:"cmd"`
+	TTY       bool       `json:"tty"`
+	Running   bool       `json:"running"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	ExitedAt  *time.Time `json:"exited_at,omitempty"`
+}
+
+// ProcessList is the body of GET /v1/sandboxes/{id}/processes.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
+// SignalRequest is the body of POST .../processes/{pid}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"` // "TERM", "KILL", "INT", "HUP", ... or a number
+}
+
+// ResizeRequest is the body of POST .../processes/{pid}/resize.
+type ResizeRequest = TTY
+
+// File types in FileInfo.Type.
+const (
+	FileTypeFile    = "file"
+	FileTypeDir     = "dir"
+	FileTypeSymlink = "symlink"
+	FileTypeOther   = "other"
+)
+
+// FileInfo describes one filesystem entry inside a sandbox.
+type FileInfo struct {
+	Name       string    `json:"name"`
+	Path       string    `json:"path"`
+	Type       string    `json:"type"`
+	Size       int64     `json:"size"`
+	Mode       uint32    `json:"mode"` // permission bits and setuid/setgid/sticky (07777)
+	UID        int       `json:"uid"`
+	GID        int       `json:"gid"`
+	ModTime    time.Time `json:"mod_time"`
+	LinkTarget string    `json:"link_target,omitempty"`
+}
+
+// FileList is the body of GET /v1/sandboxes/{id}/fs/list.
+type FileList struct {
+	Entries []FileInfo `json:"entries"`
+}
+
+// MkdirRequest is the body of POST /v1/sandboxes/{id}/fs/mkdir.
+type MkdirRequest struct {
+	Path    string `json:"path"`
+	Mode    uint32 `json:"mode,omitempty"` // default 0755
+	Parents bool   `json:"parents,omitempty"`
+}
+
+// MoveRequest is the body of POST /v1/sandboxes/{id}/fs/move.
+type MoveRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// Template describes a built (or buildable) template.
+type Template struct {
+	Name      string            `json:"name"`
+	ID        string            `json:"id,omitempty"` // content hash; empty when not built
+	Built     bool              `json:"built"`
+	Builtin   bool              `json:"builtin"`
+	SizeBytes int64             `json:"size_bytes,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	CreatedAt *time.Time        `json:"created_at,omitempty"`
+}
+
+// TemplateList is the body of GET /v1/templates.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}
+
+// TemplateSpec is a declarative template: a base and ordered steps.
+type TemplateSpec struct {
+	Name  string            `json:"name"`
+	Base  string            `json:"base"` // "scratch+busybox", "debootstrap:bookworm", or another template's name
+	Steps []TemplateStep    `json:"steps,omitempty"`
+	Env   map[string]string `json:"env,omitempty"`
+}
+
+// TemplateStep is one build step; exactly one field is set.
+type TemplateStep struct {
+	Run  string            `json:"run,omitempty"`  // shell command run inside the image being built
+	Copy *CopyStep         `json:"copy,omitempty"` // host file or directory copied in
+	Env  map[string]string `json:"env,omitempty"`  // environment for later steps and for sandboxes
+}
+
+// CopyStep copies Src (on the daemon host) to Dst (absolute, inside).
+type CopyStep struct {
+	Src string `json:"src"`
+	Dst string `json:"dst"`
+}
+
+// BuildTemplateRequest is the body of POST /v1/templates/build. Either Name
+// of a builtin or registered template, or a full Spec.
+type BuildTemplateRequest struct {
+	Name  string        `json:"name,omitempty"`
+	Spec  *TemplateSpec `json:"spec,omitempty"`
+	Force bool          `json:"force,omitempty"` // rebuild even if cached
+}
+
+// Build progress event types (application/x-ndjson).
+const (
+	BuildEventStep  = "step"  // Step, Steps, Message set
+	BuildEventLog   = "log"   // Message set: a line of build output
+	BuildEventDone  = "done"  // Template set; last event
+	BuildEventError = "error" // Error set; last event
+)
+
+// BuildEvent is one line of a template build stream.
+type BuildEvent struct {
+	Type     string    `json:"type"`
+	Step     int       `json:"step,omitempty"`
+	Steps    int       `json:"steps,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	Cached   bool      `json:"cached,omitempty"`
+	Template *Template `json:"template,omitempty"`
+	Error    *Error    `json:"error,omitempty"`
+}
+
+// Info is the body of GET /v1/info.
+type Info struct {
+	Version      string   `json:"version"`
+	API          string   `json:"api"`
+	Backend      string   `json:"backend"`
+	Capabilities []string `json:"capabilities"`
+	CgroupMode   string   `json:"cgroup_mode"`
+	DataDir      string   `json:"data_dir"`
+	Sandboxes    int      `json:"sandboxes"`
+}

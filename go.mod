@@ -1,0 +1,16 @@
+module github.com/agentbox/agentbox
+
+go 1.26.8
+
+require (
+	github.com/containerd/cgroups/v3 v3.1.3 // indirect
+	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/moby/sys/userns v0.1.0 // indirect
+	github.com/opencontainers/runtime-spec v1.3.0 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
+	go.etcd.io/bbolt v1.5.0 // indirect
+	golang.org/x/net v0.41.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

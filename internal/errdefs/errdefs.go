@@ -1,0 +1,63 @@
+// Package errdefs defines the error categories shared by every layer of
+// agentbox. Core code wraps one of these sentinels with context
+// ("creating sandbox %s: %w"); only the API edge translates a category into a
+// transport status (see internal/httpapi). Callers test categories with
+// errors.Is, never by matching message text.
+package errdefs
+
+import "errors"
+
+// The categories. Each maps to exactly one HTTP status at the API edge.
+var (
+	ErrInvalidArgument    = errors.New("invalid argument")    // 400
+	ErrUnauthenticated    = errors.New("unauthenticated")     // 401
+	ErrPermissionDenied   = errors.New("permission denied")   // 403
+	ErrNotFound           = errors.New("not found")           // 404
+	ErrAlreadyExists      = errors.New("already exists")      // 409
+	ErrConflict           = errors.New("conflict")            // 409 (state does not allow the operation)
+	ErrFailedPrecondition = errors.New("failed precondition") // 412
+	ErrTooLarge           = errors.New("too large")           // 413
+	ErrResourceExhausted  = errors.New("resource exhausted")  // 429
+	ErrDeadlineExceeded   = errors.New("deadline exceeded")   // 504
+	ErrUnavailable        = errors.New("unavailable")         // 503
+	ErrNotImplemented     = errors.New("not implemented")     // 501
+	ErrInternal           = errors.New("internal error")      // 500
+)
+
+// Is* helpers read better at call sites than errors.Is with a sentinel.
+func IsNotFound(err error) bool        { return errors.Is(err, ErrNotFound) }
+func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgument) }
+func IsConflict(err error) bool        { return errors.Is(err, ErrConflict) }
+func IsAlreadyExists(err error) bool   { return errors.Is(err, ErrAlreadyExists) }
+func IsUnavailable(err error) bool     { return errors.Is(err, ErrUnavailable) }
+
+// Code returns the stable machine-readable code for err's category, as sent
+// to clients in the "code" field of an error body ("not_found", ...). Errors
+// of no known category are "internal".
+func Code(err error) string {
+	for _, c := range categories {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return "internal"
+}
+
+var categories = []struct {
+	err  error
+	code string
+}{
+	{ErrInvalidArgument, "invalid_argument"},
+	{ErrUnauthenticated, "unauthenticated"},
+	{ErrPermissionDenied, "permission_denied"},
+	{ErrNotFound, "not_found"},
+	{ErrAlreadyExists, "already_exists"},
+	{ErrConflict, "conflict"},
+	{ErrFailedPrecondition, "failed_precondition"},
+	{ErrTooLarge, "too_large"},
+	{ErrResourceExhausted, "resource_exhausted"},
+	{ErrDeadlineExceeded, "deadline_exceeded"},
+	{ErrUnavailable, "unavailable"},
+	{ErrNotImplemented, "not_implemented"},
+	{ErrInternal, "internal"},
+}
