@@ -1,0 +1,325 @@
+// Package config holds the daemon's one typed configuration: defaults,
+// environment overrides and validation. Command-line flags are bound by
+// cmd/agentbox directly onto the fields of Config; the order of precedence is
+// Default() < ApplyEnv() < flags, then Validate().
+package config
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// Environment variables read by ApplyEnv.
+const (
+	EnvDataDir     = "AGENTBOX_DATA_DIR"
+	EnvSocket      = "AGENTBOX_SOCKET"
+	EnvTCP         = "AGENTBOX_TCP"
+	EnvAPIKeysFile = "AGENTBOX_API_KEYS_FILE"
+	EnvLogLevel    = "AGENTBOX_LOG_LEVEL"
+	EnvLogFormat   = "AGENTBOX_LOG_FORMAT"
+)
+
+// Defaults.
+const (
+	DefaultDataDir      = "/var/lib/agentbox"
+	DefaultSocketPath   = "/run/agentbox/agentbox.sock"
+	DefaultTemplate     = "busybox"
+	DefaultIDMapBase    = 100000
+	DefaultIDMapSize    = 65536
+	SubIDUser           = "agentbox" // the /etc/subuid and /etc/subgid entry used
+	minHostIDForSandbox = 1000       // host ids below this are system accounts
+)
+
+// Resources are the default limits of a sandbox that asks for none.
+type Resources struct {
+	CPUs        float64 `json:"cpus"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	PidsMax     int64   `json:"pids_max"`
+}
+
+// Config is the daemon configuration.
+type Config struct {
+	// DataDir holds the metadata store, layers, templates and sandboxes.
+	DataDir string `json:"data_dir"`
+	// SocketPath is the trusted unix socket (0600, root).
+	SocketPath string `json:"socket_path"`
+	// TCPAddr is host:port of the authenticated TCP listener; empty = off.
+	TCPAddr string `json:"tcp_addr,omitempty"`
+	// APIKeysFile holds one API key per line (blank lines and lines starting
+	// with # are ignored). Required when TCPAddr is set.
+	APIKeysFile string `json:"api_keys_file,omitempty"`
+	// APIKeys are the keys loaded by LoadAPIKeys. Never log them: use
+	// Redacted.
+	APIKeys []string `json:"api_keys,omitempty"`
+	// AllowedHosts restricts the Host header on the TCP listener (DNS
+	// rebinding defence); empty allows any host.
+	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+
+	// UIDMapBase/UIDMapSize and GIDMapBase/GIDMapSize are the host id ranges
+	// sandboxes' user namespaces are mapped into.
+	UIDMapBase uint32 `json:"uid_map_base"`
+	UIDMapSize uint32 `json:"uid_map_size"`
+	GIDMapBase uint32 `json:"gid_map_base"`
+	GIDMapSize uint32 `json:"gid_map_size"`
+
+	// DefaultTemplate is used when a create request names none.
+	DefaultTemplate string `json:"default_template"`
+	// DefaultResources apply to every zero field of a create request.
+	DefaultResources Resources `json:"default_resources"`
+
+	// LogLevel is debug, info, warn or error. LogFormat is text or json.
+	LogLevel  string `json:"log_level"`
+	LogFormat string `json:"log_format"`
+}
+
+// Default returns the built-in configuration. The id map ranges come from the
+// "agentbox" entries of /etc/subuid and /etc/subgid when present.
+func Default() *Config {
+	c := &Config{
+		DataDir:         DefaultDataDir,
+		SocketPath:      DefaultSocketPath,
+		UIDMapBase:      DefaultIDMapBase,
+		UIDMapSize:      DefaultIDMapSize,
+		GIDMapBase:      DefaultIDMapBase,
+		GIDMapSize:      DefaultIDMapSize,
+		DefaultTemplate: DefaultTemplate,
+		DefaultResources: Resources{
+			CPUs:        1,
+			MemoryBytes: 1 << 30,
+			PidsMax:     1024,
+		},
+		LogLevel:  "info",
+		LogFormat: "text",
+	}
+	if start, size, ok := lookupSubIDFile("/etc/subuid", SubIDUser); ok {
+		c.UIDMapBase, c.UIDMapSize = start, size
+	}
+	if start, size, ok := lookupSubIDFile("/etc/subgid", SubIDUser); ok {
+		c.GIDMapBase, c.GIDMapSize = start, size
+	}
+	return c
+}
+
+func lookupSubIDFile(path, user string) (start, size uint32, ok bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer f.Close()
+	start, size, ok, err = ParseSubID(f, user)
+	if err != nil {
+		return 0, 0, false
+	}
+	return start, size, ok
+}
+
+// ParseSubID reads an /etc/subuid or /etc/subgid formatted stream
+// ("name:start:count" per line) and returns the first range of user. Lines
+// that are blank or start with # are skipped; malformed lines of other users
+// are ignored, a malformed line of user is an error.
+func ParseSubID(r io.Reader, user string) (start, size uint32, ok bool, err error) {
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		parts := strings.Split(line, ":")
+		if parts[0] != user {
+			continue
+		}
+		if len(parts) != 3 {
+			return 0, 0, false, fmt.Errorf("subid line %d: want name:start:count: %w", n, errdefs.ErrInvalidArgument)
+		}
+		s, err1 := strconv.ParseUint(parts[1], 10, 32)
+		c, err2 := strconv.ParseUint(parts[2], 10, 32)
+		if err1 != nil || err2 != nil || c == 0 || s+c > 1<<32 {
+			return 0, 0, false, fmt.Errorf("subid line %d: bad range %q: %w", n, line, errdefs.ErrInvalidArgument)
+		}
+		return uint32(s), uint32(c), true, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, false, fmt.Errorf("reading subid file: %w", err)
+	}
+	return 0, 0, false, nil
+}
+
+// ApplyEnv overrides fields from the AGENTBOX_* environment variables that
+// are set (an empty AGENTBOX_TCP turns TCP off).
+func (c *Config) ApplyEnv() {
+	set := func(name string, dst *string) {
+		if v, ok := os.LookupEnv(name); ok {
+			*dst = v
+		}
+	}
+	set(EnvDataDir, &c.DataDir)
+	set(EnvSocket, &c.SocketPath)
+	set(EnvTCP, &c.TCPAddr)
+	set(EnvAPIKeysFile, &c.APIKeysFile)
+	set(EnvLogLevel, &c.LogLevel)
+	set(EnvLogFormat, &c.LogFormat)
+}
+
+// Validate reports every problem of c at once, joined, each wrapping
+// errdefs.ErrInvalidArgument.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...))
+	}
+	if !filepath.IsAbs(c.DataDir) {
+		bad("data dir %q must be an absolute path", c.DataDir)
+	}
+	if !filepath.IsAbs(c.SocketPath) {
+		bad("socket path %q must be an absolute path", c.SocketPath)
+	} else if len(c.SocketPath) > 107 {
+		bad("socket path %q is longer than a unix socket address allows (107 bytes)", c.SocketPath)
+	}
+	if c.TCPAddr != "" {
+		if _, port, err := net.SplitHostPort(c.TCPAddr); err != nil || port == "" {
+			bad("tcp address %q must be host:port", c.TCPAddr)
+		}
+		if c.APIKeysFile == "" && len(c.APIKeys) == 0 {
+			bad("an API keys file is required when the TCP listener is on")
+		}
+	}
+	checkRange := func(kind string, base, size uint32) {
+		switch {
+		case size == 0:
+			bad("%s map size must be positive", kind)
+		case base < minHostIDForSandbox:
+			bad("%s map range %d-%d includes host ids below %d (root and system accounts)", kind, base, uint64(base)+uint64(size)-1, minHostIDForSandbox)
+		case uint64(base)+uint64(size) > 1<<32-1:
+			bad("%s map range %d+%d overflows 32-bit ids", kind, base, size)
+		}
+	}
+	checkRange("uid", c.UIDMapBase, c.UIDMapSize)
+	checkRange("gid", c.GIDMapBase, c.GIDMapSize)
+	if c.DefaultTemplate == "" {
+		bad("default template must be set")
+	}
+	r := c.DefaultResources
+	if r.CPUs <= 0 || r.MemoryBytes <= 0 || r.PidsMax <= 0 {
+		bad("default resources must be positive (cpus %v, memory %d, pids %d)", r.CPUs, r.MemoryBytes, r.PidsMax)
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log format %q must be text or json", c.LogFormat)
+	}
+	return errors.Join(errs...)
+}
+
+// ParseLogLevel parses debug, info, warn or error.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil || s == "" {
+		return 0, fmt.Errorf("log level %q must be debug, info, warn or error: %w", s, errdefs.ErrInvalidArgument)
+	}
+	return l, nil
+}
+
+// NewLogger returns a slog.Logger writing to w in the configured format and
+// level. Call it after Validate.
+func (c *Config) NewLogger(w io.Writer) *slog.Logger {
+	lvl, _ := ParseLogLevel(c.LogLevel)
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// LoadAPIKeys reads APIKeysFile into APIKeys. The file must not be readable
+// or writable by others (0600 or 0640); an empty key list is an error.
+func (c *Config) LoadAPIKeys() error {
+	if c.APIKeysFile == "" {
+		return nil
+	}
+	f, err := os.Open(c.APIKeysFile)
+	if err != nil {
+		return fmt.Errorf("opening API keys file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("opening API keys file: %w", err)
+	}
+	if fi.Mode().Perm()&0o007 != 0 {
+		return fmt.Errorf("API keys file %s is accessible by others (mode %#o); chmod 600 it: %w", c.APIKeysFile, fi.Mode().Perm(), errdefs.ErrPermissionDenied)
+	}
+	keys, err := ParseAPIKeys(f)
+	if err != nil {
+		return fmt.Errorf("API keys file %s: %w", c.APIKeysFile, err)
+	}
+	c.APIKeys = keys
+	return nil
+}
+
+// ParseAPIKeys reads one key per line, skipping blank lines and # comments.
+// Keys shorter than 16 bytes or containing whitespace are rejected.
+func ParseAPIKeys(r io.Reader) ([]string, error) {
+	var keys []string
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if len(line) < 16 || strings.ContainsAny(line, " \t") {
+			// Never echo the key itself.
+			return nil, fmt.Errorf("line %d: a key must be at least 16 characters without spaces: %w", n, errdefs.ErrInvalidArgument)
+		}
+		keys = append(keys, line)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading API keys: %w", err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("no API keys: %w", errdefs.ErrInvalidArgument)
+	}
+	return keys, nil
+}
+
+// Redacted returns a copy of c safe to log or show: every API key is
+// replaced by "REDACTED".
+func (c *Config) Redacted() Config {
+	r := *c
+	if len(c.APIKeys) > 0 {
+		r.APIKeys = make([]string, len(c.APIKeys))
+		for i := range r.APIKeys {
+			r.APIKeys[i] = "REDACTED"
+		}
+	}
+	r.AllowedHosts = append([]string(nil), c.AllowedHosts...)
+	return r
+}
+
+// LogValue makes a *Config log itself redacted through slog.
+func (c *Config) LogValue() slog.Value {
+	r := c.Redacted()
+	return slog.GroupValue(
+		slog.String("data_dir", r.DataDir),
+		slog.String("socket", r.SocketPath),
+		slog.String("tcp", r.TCPAddr),
+		slog.Int("api_keys", len(r.APIKeys)),
+		slog.Any("uid_map", [2]uint32{r.UIDMapBase, r.UIDMapSize}),
+		slog.Any("gid_map", [2]uint32{r.GIDMapBase, r.GIDMapSize}),
+		slog.String("default_template", r.DefaultTemplate),
+		slog.String("log_level", r.LogLevel),
+		slog.String("log_format", r.LogFormat),
+	)
+}
+
+var _ slog.LogValuer = (*Config)(nil)

@@ -1,0 +1,145 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+func TestDefaultsValidate(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	if c.DataDir != "/var/lib/agentbox" || c.SocketPath != "/run/agentbox/agentbox.sock" || c.TCPAddr != "" {
+		t.Fatalf("paths: %+v", c)
+	}
+	if c.DefaultTemplate != "busybox" || c.DefaultResources != (Resources{CPUs: 1, MemoryBytes: 1 << 30, PidsMax: 1024}) {
+		t.Fatalf("template/resources: %+v", c)
+	}
+	// The id map comes from /etc/subuid when it has an agentbox entry.
+	wantBase, wantSize := uint32(DefaultIDMapBase), uint32(DefaultIDMapSize)
+	if s, n, ok := lookupSubIDFile("/etc/subuid", SubIDUser); ok {
+		wantBase, wantSize = s, n
+	}
+	if c.UIDMapBase != wantBase || c.UIDMapSize != wantSize {
+		t.Fatalf("uid map %d+%d, want %d+%d", c.UIDMapBase, c.UIDMapSize, wantBase, wantSize)
+	}
+}
+
+func TestApplyEnv(t *testing.T) {
+	t.Setenv(EnvDataDir, "/srv/ab")
+	t.Setenv(EnvSocket, "/tmp/ab.sock")
+	t.Setenv(EnvTCP, "127.0.0.1:7777")
+	t.Setenv(EnvAPIKeysFile, "/etc/ab/keys")
+	t.Setenv(EnvLogLevel, "debug")
+	t.Setenv(EnvLogFormat, "json")
+	c := Default()
+	c.ApplyEnv()
+	if c.DataDir != "/srv/ab" || c.SocketPath != "/tmp/ab.sock" || c.TCPAddr != "127.0.0.1:7777" ||
+		c.APIKeysFile != "/etc/ab/keys" || c.LogLevel != "debug" || c.LogFormat != "json" {
+		t.Fatalf("env not applied: %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidateRejects(t *testing.T) {
+	cases := map[string]func(*Config){
+		"relative data dir":    func(c *Config) { c.DataDir = "var/lib" },
+		"relative socket":      func(c *Config) { c.SocketPath = "x.sock" },
+		"long socket":          func(c *Config) { c.SocketPath = "/" + strings.Repeat("a", 120) },
+		"tcp without keys":     func(c *Config) { c.TCPAddr = "127.0.0.1:80" },
+		"tcp bad addr":         func(c *Config) { c.TCPAddr = "nonsense"; c.APIKeysFile = "/k" },
+		"uid range includes 0": func(c *Config) { c.UIDMapBase = 0 },
+		"uid range system ids": func(c *Config) { c.UIDMapBase = 999 },
+		"gid range system ids": func(c *Config) { c.GIDMapBase = 500 },
+		"zero uid size":        func(c *Config) { c.UIDMapSize = 0 },
+		"overflow":             func(c *Config) { c.UIDMapBase = 1<<32 - 10; c.UIDMapSize = 100 },
+		"no template":          func(c *Config) { c.DefaultTemplate = "" },
+		"zero memory":          func(c *Config) { c.DefaultResources.MemoryBytes = 0 },
+		"bad level":            func(c *Config) { c.LogLevel = "loud" },
+		"bad format":           func(c *Config) { c.LogFormat = "xml" },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := Default()
+			mutate(c)
+			err := c.Validate()
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Fatalf("Validate = %v, want invalid argument", err)
+			}
+		})
+	}
+	// Several problems are all reported.
+	c := Default()
+	c.LogFormat, c.LogLevel = "xml", "loud"
+	if err := c.Validate(); !strings.Contains(err.Error(), "xml") || !strings.Contains(err.Error(), "loud") {
+		t.Fatalf("joined errors missing: %v", err)
+	}
+}
+
+func TestParseSubID(t *testing.T) {
+	in := "# comment\nroot:100000:65536\nbroken line\nagentbox:200000:131072\nagentbox:1:1\n"
+	s, n, ok, err := ParseSubID(strings.NewReader(in), "agentbox")
+	if err != nil || !ok || s != 200000 || n != 131072 {
+		t.Fatalf("got %d %d %v %v", s, n, ok, err)
+	}
+	if _, _, ok, err := ParseSubID(strings.NewReader(in), "nobody"); ok || err != nil {
+		t.Fatalf("missing user: ok=%v err=%v", ok, err)
+	}
+	for _, bad := range []string{"agentbox:x:1", "agentbox:1", "agentbox:5:0", "agentbox:4294967295:2"} {
+		if _, _, _, err := ParseSubID(strings.NewReader(bad), "agentbox"); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("%q: err %v", bad, err)
+		}
+	}
+}
+
+func TestAPIKeysAndRedaction(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "keys")
+	secret := "s3cr3t-key-0123456789"
+	if err := os.WriteFile(p, []byte("# keys\n\n"+secret+"\nanother-key-abcdefgh\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := Default()
+	c.TCPAddr, c.APIKeysFile = "127.0.0.1:9", p
+	if err := c.LoadAPIKeys(); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.APIKeys) != 2 || c.APIKeys[0] != secret {
+		t.Fatalf("keys: %d", len(c.APIKeys))
+	}
+	r := c.Redacted()
+	if strings.Contains(strings.Join(r.APIKeys, ","), secret) || len(r.APIKeys) != 2 {
+		t.Fatalf("Redacted leaks: %v", r.APIKeys)
+	}
+	if c.APIKeys[0] != secret {
+		t.Fatal("Redacted modified the original")
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", c)
+	if strings.Contains(buf.String(), secret) || !strings.Contains(buf.String(), `"api_keys":2`) {
+		t.Fatalf("log line: %s", buf.String())
+	}
+
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LoadAPIKeys(); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Fatalf("world-readable keys file: %v", err)
+	}
+	if _, err := ParseAPIKeys(strings.NewReader("short\n")); err == nil || strings.Contains(err.Error(), "short") {
+		t.Fatalf("short key: %v", err)
+	}
+	if _, err := ParseAPIKeys(strings.NewReader("# nothing\n")); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("empty keys: %v", err)
+	}
+}
