@@ -1,0 +1,187 @@
+package agentbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// Error codes sent by the daemon in APIError.Code.
+const (
+	CodeInvalidArgument    = "invalid_argument"
+	CodeUnauthenticated    = "unauthenticated"
+	CodePermissionDenied   = "permission_denied"
+	CodeNotFound           = "not_found"
+	CodeAlreadyExists      = "already_exists"
+	CodeConflict           = "conflict"
+	CodeFailedPrecondition = "failed_precondition"
+	CodeTooLarge           = "too_large"
+	CodeResourceExhausted  = "resource_exhausted"
+	CodeDeadlineExceeded   = "deadline_exceeded"
+	CodeUnavailable        = "unavailable"
+	CodeNotImplemented     = "not_implemented"
+	CodeInternal           = "internal"
+)
+
+// APIError is an error reported by the daemon: a non-2xx response, or an
+// error event at the end of an exec, attach or build stream (Status 0).
+type APIError struct {
+	Status    int    // HTTP status; 0 for an error event inside a stream
+	Code      string // stable category, one of the Code* constants
+	Message   string // human-readable, safe to show
+	RequestID string // matches the daemon's log line
+}
+
+func (e *APIError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = strings.ReplaceAll(e.Code, "_", " ")
+	}
+	if msg == "" {
+		msg = http.StatusText(e.Status)
+	}
+	return msg
+}
+
+// ErrStreamTruncated is wrapped by the error returned when an exec, attach or
+// build stream ends before its final event: the connection was lost, and the
+// command may still be running.
+var ErrStreamTruncated = errors.New("stream ended before its final event (connection lost)")
+
+// ConnectionError is a failure to reach the daemon or to read its answer.
+type ConnectionError struct {
+	Host string // the daemon address
+	Op   string // e.g. "GET /sandboxes"
+	Err  error
+}
+
+func (e *ConnectionError) Error() string {
+	return fmt.Sprintf("daemon at %s: %s: %v", e.Host, e.Op, e.Err)
+}
+
+func (e *ConnectionError) Unwrap() error { return e.Err }
+
+// IsUnreachable reports whether err means no daemon is listening at the
+// configured address (connection refused, or the unix socket is missing), as
+// opposed to a daemon that answered with an error.
+func IsUnreachable(err error) bool {
+	var ce *ConnectionError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	var op *net.OpError
+	if !errors.As(ce.Err, &op) || op.Op != "dial" {
+		return false
+	}
+	return errors.Is(op.Err, syscall.ECONNREFUSED) || errors.Is(op.Err, fs.ErrNotExist) ||
+		errors.Is(op.Err, syscall.ENOENT)
+}
+
+// decodeError turns a non-2xx response into an *APIError.
+func decodeError(resp *http.Response) error {
+	e := &APIError{Status: resp.StatusCode, RequestID: resp.Header.Get(api.RequestIDHeader)}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body api.Error
+	if json.Unmarshal(b, &body) == nil && (body.Code != "" || body.Message != "") {
+		e.Code, e.Message = body.Code, body.Message
+		if body.RequestID != "" {
+			e.RequestID = body.RequestID
+		}
+	} else {
+		e.Code = codeForStatus(resp.StatusCode)
+		e.Message = strings.TrimSpace(string(b))
+		if e.Message == "" {
+			e.Message = http.StatusText(resp.StatusCode)
+		}
+	}
+	return e
+}
+
+// streamError turns an error event of a stream into an *APIError.
+func streamError(e *api.Error) error {
+	if e == nil {
+		return &APIError{Code: CodeInternal, Message: "daemon reported an error without details"}
+	}
+	return &APIError{Code: e.Code, Message: e.Message, RequestID: e.RequestID}
+}
+
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return CodeInvalidArgument
+	case http.StatusUnauthorized:
+		return CodeUnauthenticated
+	case http.StatusForbidden:
+		return CodePermissionDenied
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusConflict:
+		return CodeConflict
+	case http.StatusPreconditionFailed:
+		return CodeFailedPrecondition
+	case http.StatusRequestEntityTooLarge:
+		return CodeTooLarge
+	case http.StatusTooManyRequests:
+		return CodeResourceExhausted
+	case http.StatusGatewayTimeout:
+		return CodeDeadlineExceeded
+	case http.StatusServiceUnavailable:
+		return CodeUnavailable
+	case http.StatusNotImplemented:
+		return CodeNotImplemented
+	}
+	return CodeInternal
+}
+
+func hasCode(err error, codes ...string) bool {
+	var e *APIError
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, c := range codes {
+		if e.Code == c {
+			return true
+		}
+	}
+	return false
+}
+
+// IsNotFound reports whether err is the daemon saying the object does not exist.
+func IsNotFound(err error) bool { return hasCode(err, CodeNotFound) }
+
+// IsConflict reports whether the object's state (or an existing object of the
+// same name) does not allow the operation.
+func IsConflict(err error) bool { return hasCode(err, CodeConflict, CodeAlreadyExists) }
+
+// IsAlreadyExists reports whether an object of that name already exists.
+func IsAlreadyExists(err error) bool { return hasCode(err, CodeAlreadyExists) }
+
+// IsInvalidArgument reports whether the daemon rejected the request's arguments.
+func IsInvalidArgument(err error) bool { return hasCode(err, CodeInvalidArgument) }
+
+// IsUnauthenticated reports whether the API key was missing or wrong.
+func IsUnauthenticated(err error) bool { return hasCode(err, CodeUnauthenticated) }
+
+// IsPermissionDenied reports whether the operation is not allowed.
+func IsPermissionDenied(err error) bool { return hasCode(err, CodePermissionDenied) }
+
+// IsUnavailable reports whether the daemon (or a sandbox's guest) is
+// temporarily unable to serve the request.
+func IsUnavailable(err error) bool { return hasCode(err, CodeUnavailable) }
+
+// RequestID returns the daemon's request id carried by err, or "".
+func RequestID(err error) string {
+	var e *APIError
+	if errors.As(err, &e) {
+		return e.RequestID
+	}
+	return ""
+}
