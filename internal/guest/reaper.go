@@ -1,0 +1,133 @@
+package guest
+
+import (
+	"errors"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// reaper is the only place that calls wait4. As PID 1 of a sandbox the
+// guest inherits every orphan; the reaper collects all of them and hands
+// the statuses of processes it started to their waiters, keyed by pid.
+//
+// Mixing this with os/exec's Wait is not possible (each would steal the
+// other's statuses): every child of the guest is started through
+// reaper.start.
+type reaper struct {
+	// forkMu is held for reading while a child is forked and registered,
+	// and for writing around each wait4 pass, so a child that exits at once
+	// is never reaped before its waiter is registered.
+	forkMu sync.RWMutex
+
+	// mu guards waiters.
+	mu      sync.Mutex
+	waiters map[int]func(syscall.WaitStatus)
+
+	sigc chan os.Signal
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newReaper() *reaper {
+	r := &reaper{
+		waiters: make(map[int]func(syscall.WaitStatus)),
+		sigc:    make(chan os.Signal, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	signal.Notify(r.sigc, syscall.SIGCHLD)
+	go r.loop()
+	return r
+}
+
+// start forks argv0 and registers onExit, which the reaper calls (from its
+// own goroutine, so it must not block) with the child's wait status.
+func (r *reaper) start(argv0 string, argv []string, attr *syscall.ProcAttr, onExit func(syscall.WaitStatus)) (int, error) {
+	r.forkMu.RLock()
+	defer r.forkMu.RUnlock()
+	pid, err := syscall.ForkExec(argv0, argv, attr)
+	if err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	r.waiters[pid] = onExit
+	r.mu.Unlock()
+	return pid, nil
+}
+
+func (r *reaper) loop() {
+	defer close(r.done)
+	// A periodic pass guards against a lost SIGCHLD (signals coalesce, and
+	// a child forked between two passes is picked up by the next one).
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		r.reapAll()
+		select {
+		case <-r.sigc:
+		case <-tick.C:
+		case <-r.stop:
+			signal.Stop(r.sigc)
+			r.reapAll()
+			return
+		}
+	}
+}
+
+// reapAll collects every exited child without blocking.
+func (r *reaper) reapAll() {
+	r.forkMu.Lock()
+	defer r.forkMu.Unlock()
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return // ECHILD: no children; 0: none exited
+		}
+		r.mu.Lock()
+		fn := r.waiters[pid]
+		delete(r.waiters, pid)
+		r.mu.Unlock()
+		if fn != nil {
+			fn(ws)
+		}
+		// Unknown pids are orphans reparented to us: reaped silently.
+	}
+}
+
+// close stops the reaper after a last pass.
+func (r *reaper) close() {
+	close(r.stop)
+	<-r.done
+}
+
+// markFDsCloexec sets FD_CLOEXEC on every descriptor above stderr, so
+// nothing the guest inherited leaks into the processes it starts. Go opens
+// all its own descriptors with O_CLOEXEC.
+func markFDsCloexec() error {
+	err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	entries, rerr := os.ReadDir("/proc/self/fd")
+	if rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	for _, e := range entries {
+		fd, serr := strconv.Atoi(e.Name())
+		if serr != nil || fd < 3 {
+			continue
+		}
+		unix.CloseOnExec(fd)
+	}
+	return nil
+}
