@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+func init() { extraCommands = append(extraCommands, guestCommand) }
+
+// guestCommand is the in-sandbox agent. The native backend starts the runner
+// copy of this binary as "agentbox guest init" inside fresh namespaces:
+// nsinit builds the sandbox's root and security posture, then the guest
+// serves the daemon on the inherited socket as PID 1.
+func guestCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:    "guest",
+		Short:  "In-sandbox agent (started by the daemon; not for direct use)",
+		Hidden: true,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "init",
+		Short: "Set up the sandbox and serve as its PID 1",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			nsinit.Main(func(ln net.Listener) error {
+				return guest.Serve(context.Background(), ln, guest.Options{Version: version.Version})
+			})
+			os.Exit(0)
+		},
+	})
+	return cmd
+}

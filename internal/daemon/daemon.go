@@ -1,0 +1,228 @@
+// Package daemon assembles the agentbox daemon from its parts: config,
+// metadata store, isolation backend, layer and template stores, the sandbox
+// manager and the HTTP API. Both `agentbox serve` and the embedded daemon of
+// `agentbox run` use it, so the two can never behave differently.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/native"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+// Options are what the config file does not say.
+type Options struct {
+	// GuestBinary is the statically linked agentbox binary installed as the
+	// sandboxes' runner; default: this process's executable.
+	GuestBinary string
+	Logger      *slog.Logger
+}
+
+// Daemon is a running agentbox daemon.
+type Daemon struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	store   *store.Bolt
+	manager *sandbox.Manager
+	handler http.Handler
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	listeners []net.Listener
+	servers   []*http.Server
+}
+
+// New opens the data dir, re-adopts the sandboxes a previous daemon left
+// running and returns a daemon ready to Serve. cfg must be validated.
+func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.UIDMapBase != cfg.GIDMapBase || cfg.UIDMapSize != cfg.GIDMapSize {
+		return nil, fmt.Errorf("uid map %d+%d and gid map %d+%d must be the same range: %w",
+			cfg.UIDMapBase, cfg.UIDMapSize, cfg.GIDMapBase, cfg.GIDMapSize, errdefs.ErrInvalidArgument)
+	}
+	ids := runtime.IDMap{HostID: cfg.UIDMapBase, Size: cfg.UIDMapSize}
+	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("creating data dir: %w", err)
+	}
+	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	guestBin := opts.GuestBinary
+	if guestBin == "" {
+		if guestBin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("locating the agentbox binary: %w", err)
+		}
+	}
+	st, err := store.Open(filepath.Join(cfg.DataDir, "meta.db"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
+	runnerDir, err := sandbox.PrepareRunner(filepath.Join(cfg.DataDir, "runner"), guestBin)
+	if err != nil {
+		return nil, err
+	}
+	backend, err := native.New(native.Config{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("starting the native backend: %w", err)
+	}
+	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := sandbox.New(sandbox.Config{
+		DataDir:         cfg.DataDir,
+		RunDir:          filepath.Dir(cfg.SocketPath),
+		RunnerDir:       runnerDir,
+		IDs:             ids,
+		DefaultTemplate: cfg.DefaultTemplate,
+		DefaultResources: api.Resources{
+			CPUs:        cfg.DefaultResources.CPUs,
+			MemoryBytes: cfg.DefaultResources.MemoryBytes,
+			PidsMax:     cfg.DefaultResources.PidsMax,
+		},
+		Version: version.Version,
+		Logger:  log,
+	}, backend, nil, st)
+	if err != nil {
+		return nil, err
+	}
+	tm, err := templates.New(templates.Config{
+		DataDir: filepath.Join(cfg.DataDir, "templates"),
+		Layers:  ls,
+		IDs:     ids,
+		Runner:  mgr.StepRunner(),
+		Logger:  log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mgr.SetTemplates(tm)
+	if err := mgr.Recover(ctx); err != nil {
+		return nil, err
+	}
+	handler := httpapi.New(service{mgr}, httpapi.Options{
+		Logger:  log,
+		Version: version.Version,
+	})
+	return &Daemon{cfg: cfg, log: log, store: st, manager: mgr, handler: handler}, nil
+}
+
+// Manager returns the sandbox manager (for the embedded daemon and tests).
+func (d *Daemon) Manager() *sandbox.Manager { return d.manager }
+
+// Start listens on the unix socket (and TCP when configured) and serves in
+// the background; connections are accepted when it returns. Close stops
+// serving.
+func (d *Daemon) Start(ctx context.Context) error {
+	ln, err := httpapi.ListenUnix(d.cfg.SocketPath)
+	if err != nil {
+		return err
+	}
+	d.serveOn(ln, d.handler)
+	d.log.InfoContext(ctx, "agentbox daemon listening", "socket", d.cfg.SocketPath, "version", version.Version)
+	if d.cfg.TCPAddr != "" {
+		tln, err := net.Listen("tcp", d.cfg.TCPAddr)
+		if err != nil {
+			d.shutdown()
+			return fmt.Errorf("listening on %s: %w", d.cfg.TCPAddr, err)
+		}
+		tcpHandler := httpapi.New(service{d.manager}, httpapi.Options{
+			Logger:       d.log,
+			Version:      version.Version,
+			APIKeys:      d.cfg.APIKeys,
+			RequireAuth:  true,
+			AllowedHosts: d.cfg.AllowedHosts,
+		})
+		d.serveOn(tln, tcpHandler)
+		d.log.InfoContext(ctx, "agentbox daemon listening", "tcp", tln.Addr().String())
+	}
+	return nil
+}
+
+func (d *Daemon) serveOn(ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	d.mu.Lock()
+	d.listeners = append(d.listeners, ln)
+	d.servers = append(d.servers, srv)
+	d.mu.Unlock()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("serving API", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+}
+
+func (d *Daemon) shutdown() {
+	d.mu.Lock()
+	servers := d.servers
+	d.servers = nil
+	d.mu.Unlock()
+	socketOwned := len(servers) > 0
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		if err := s.Shutdown(ctx); err != nil {
+			_ = s.Close()
+		}
+	}
+	if socketOwned {
+		_ = os.Remove(d.cfg.SocketPath)
+	}
+}
+
+// Close shuts down gracefully: listeners close, open streams end, the store
+// is released. Sandboxes keep running for the next daemon to re-adopt.
+func (d *Daemon) Close() error {
+	d.shutdown()
+	_ = d.manager.Close()
+	return d.store.Close()
+}
+
+// service adapts the Manager to httpapi.Service: the two stream methods
+// return the API package's interface type.
+type service struct{ *sandbox.Manager }
+
+var _ httpapi.Service = service{}
+
+func (s service) Exec(ctx context.Context, id string, req api.ExecRequest) (httpapi.ExecStream, error) {
+	st, err := s.Manager.Exec(ctx, id, req)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (s service) Attach(ctx context.Context, id string, pid int, replay bool) (httpapi.ExecStream, error) {
+	st, err := s.Manager.Attach(ctx, id, pid, replay)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}

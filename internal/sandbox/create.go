@@ -1,0 +1,361 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/client"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/templates"
+)
+
+// Limits on what a create request may ask for.
+const (
+	maxLabels      = 64
+	maxEnv         = 256
+	maxKeyLen      = 128
+	maxValueLen    = 32 << 10
+	maxCPUs        = 1024
+	maxTimeout     = 30 * 24 * time.Hour
+	guestReadyWait = 30 * time.Second
+)
+
+var (
+	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
+	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	templateRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+	idRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+)
+
+func validateCreate(req *api.CreateSandboxRequest) error {
+	if req.Template != "" && !templateRE.MatchString(req.Template) {
+		return fmt.Errorf("template name %q is not valid: %w", req.Template, errdefs.ErrInvalidArgument)
+	}
+	if err := validateEnv(req.Env); err != nil {
+		return err
+	}
+	if len(req.Labels) > maxLabels {
+		return fmt.Errorf("at most %d labels: %w", maxLabels, errdefs.ErrInvalidArgument)
+	}
+	for k, v := range req.Labels {
+		if len(k) > maxKeyLen || !labelKeyRE.MatchString(k) {
+			return fmt.Errorf("label key %q is not valid: %w", k, errdefs.ErrInvalidArgument)
+		}
+		if len(v) > maxValueLen || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("label %q: value is not valid: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	r := req.Resources
+	if r.CPUs < 0 || r.CPUs > maxCPUs || r.MemoryBytes < 0 || r.PidsMax < 0 {
+		return fmt.Errorf("resources must be non-negative and cpus at most %d: %w", maxCPUs, errdefs.ErrInvalidArgument)
+	}
+	if r.MemoryBytes != 0 && r.MemoryBytes < 8<<20 {
+		return fmt.Errorf("memory_bytes must be at least 8 MiB: %w", errdefs.ErrInvalidArgument)
+	}
+	if r.PidsMax != 0 && r.PidsMax < 8 {
+		return fmt.Errorf("pids_max must be at least 8: %w", errdefs.ErrInvalidArgument)
+	}
+	if req.TimeoutSeconds < 0 || time.Duration(req.TimeoutSeconds)*time.Second > maxTimeout {
+		return fmt.Errorf("timeout_seconds must be between 0 and %d: %w", int64(maxTimeout/time.Second), errdefs.ErrInvalidArgument)
+	}
+	if req.Hostname != "" && !hostnameRE.MatchString(req.Hostname) {
+		return fmt.Errorf("hostname %q is not valid: %w", req.Hostname, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func validateEnv(env map[string]string) error {
+	if len(env) > maxEnv {
+		return fmt.Errorf("at most %d environment variables: %w", maxEnv, errdefs.ErrInvalidArgument)
+	}
+	for k, v := range env {
+		if len(k) > maxKeyLen || !envKeyRE.MatchString(k) {
+			return fmt.Errorf("environment variable name %q is not valid: %w", k, errdefs.ErrInvalidArgument)
+		}
+		if len(v) > maxValueLen || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("environment variable %s: value is not valid: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// CreateSandbox creates and starts a sandbox from a template. It returns
+// once the sandbox's guest answers, so the first exec needs no retry. On
+// error nothing of the sandbox is left behind.
+func (m *Manager) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	if err := validateCreate(&req); err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
+	}
+	if req.Template == "" {
+		req.Template = m.cfg.DefaultTemplate
+	}
+	tmpl, err := m.template(ctx, req.Template)
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
+	}
+	res := req.Resources
+	if res.CPUs == 0 {
+		res.CPUs = m.cfg.DefaultResources.CPUs
+	}
+	if res.MemoryBytes == 0 {
+		res.MemoryBytes = m.cfg.DefaultResources.MemoryBytes
+	}
+	if res.PidsMax == 0 {
+		res.PidsMax = m.cfg.DefaultResources.PidsMax
+	}
+	env := cloneMap(tmpl.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+
+	id := newID()
+	hostname := req.Hostname
+	if hostname == "" {
+		hostname = id
+	}
+	now := time.Now().UTC()
+	sb := api.Sandbox{
+		ID:         id,
+		Template:   req.Template,
+		TemplateID: tmpl.ID,
+		State:      api.StateCreating,
+		Env:        env,
+		Labels:     cloneMap(req.Labels),
+		Resources:  res,
+		Hostname:   hostname,
+		Backend:    m.backend.Capabilities().Name,
+		CreatedAt:  now,
+	}
+	if req.TimeoutSeconds > 0 {
+		exp := now.Add(time.Duration(req.TimeoutSeconds) * time.Second)
+		sb.ExpiresAt = &exp
+	}
+	p := m.paths(id)
+	rec := store.SandboxRecord{
+		Sandbox:    sb,
+		Layers:     append([]string(nil), tmpl.Layers...),
+		UpperDir:   p.upper,
+		WorkDir:    p.work,
+		SocketPath: p.socket,
+		StateDir:   p.state,
+	}
+	b, err := m.start(ctx, rec, true)
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	m.log.InfoContext(ctx, "sandbox created", "sandbox", id, "template", req.Template)
+	return b.view(), nil
+}
+
+// template resolves a template by name, building a builtin one on first use.
+func (m *Manager) template(ctx context.Context, name string) (templates.Template, error) {
+	t, err := m.templates.Get(ctx, name)
+	if err == nil || !errdefs.IsNotFound(err) {
+		return t, err
+	}
+	m.log.InfoContext(ctx, "building template on first use", "template", name)
+	return m.templates.Build(ctx, api.BuildTemplateRequest{Name: name}, func(ev api.BuildEvent) {
+		if ev.Type == api.BuildEventStep {
+			m.log.InfoContext(ctx, "template build", "template", name, "step", ev.Message)
+		}
+	})
+}
+
+// start prepares the sandbox's directories (when fresh), starts its guest,
+// persists its record and registers it. On error everything it did is undone.
+func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool) (_ *box, err error) {
+	id := rec.Sandbox.ID
+	p := m.paths(id)
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if fresh {
+		if err := os.Mkdir(p.dir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating sandbox dir: %w", err)
+		}
+		undo = append(undo, func() { _ = os.RemoveAll(p.dir) })
+		for _, d := range []string{p.upper, p.work} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return nil, fmt.Errorf("creating sandbox dir: %w", err)
+			}
+			if err := os.Lchown(d, int(m.cfg.IDs.HostID), int(m.cfg.IDs.HostID)); err != nil {
+				return nil, fmt.Errorf("chown sandbox dir: %w", err)
+			}
+		}
+	}
+	if err := os.MkdirAll(p.state, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir: %w", err)
+	}
+	spec := m.runtimeSpec(rec)
+	rt, err := m.backend.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() {
+		if derr := rt.Destroy(context.WithoutCancel(ctx)); derr != nil {
+			m.log.Error("destroying half-created sandbox", "sandbox", id, "err", derr)
+		}
+	})
+	guest := client.New(rt.SocketPath())
+	vctx, cancel := context.WithTimeout(ctx, guestReadyWait)
+	version, err := guest.Version(vctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("waiting for guest: %w", err)
+	}
+	rec.Sandbox.GuestVersion = version
+	rec.Sandbox.State = api.StateRunning
+	rec.RuntimeState = rt.State()
+	rec.UpdatedAt = time.Now().UTC()
+	if err := m.store.PutSandbox(ctx, rec); err != nil {
+		return nil, fmt.Errorf("saving sandbox record: %w", err)
+	}
+	b := &box{guest: guest, rec: rec, rt: rt}
+	if err := m.register(b); err != nil {
+		_ = m.store.DeleteSandbox(context.WithoutCancel(ctx), id)
+		return nil, err
+	}
+	return b, nil
+}
+
+func (m *Manager) runtimeSpec(rec store.SandboxRecord) runtime.Spec {
+	r := rec.Sandbox.Resources
+	return runtime.Spec{
+		ID:         rec.Sandbox.ID,
+		Layers:     rec.Layers,
+		UpperDir:   rec.UpperDir,
+		WorkDir:    rec.WorkDir,
+		RunnerDir:  m.cfg.RunnerDir,
+		SocketPath: rec.SocketPath,
+		StateDir:   rec.StateDir,
+		Hostname:   rec.Sandbox.Hostname,
+		UIDMap:     m.cfg.IDs,
+		GIDMap:     m.cfg.IDs,
+		Resources:  runtime.Resources{CPUs: r.CPUs, MemoryBytes: r.MemoryBytes, PidsMax: r.PidsMax},
+	}
+}
+
+// register adds b to the table and starts its watchers (expiry, guest exit).
+func (m *Manager) register(b *box) error {
+	id := b.rec.Sandbox.ID
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return fmt.Errorf("sandbox manager is shut down: %w", errdefs.ErrUnavailable)
+	}
+	m.sandboxes[id] = b
+	if exp := b.rec.Sandbox.ExpiresAt; exp != nil {
+		b.expiry = time.AfterFunc(time.Until(*exp), func() {
+			m.log.Info("sandbox timeout reached; deleting", "sandbox", id)
+			if err := m.DeleteSandbox(context.Background(), id); err != nil && !errdefs.IsNotFound(err) {
+				m.log.Error("deleting expired sandbox", "sandbox", id, "err", err)
+			}
+		})
+	}
+	go m.watch(b)
+	return nil
+}
+
+// watch marks the sandbox stopped when its guest exits on its own.
+func (m *Manager) watch(b *box) {
+	<-b.rt.Wait()
+	b.mu.Lock()
+	deleted := b.deleted
+	if !deleted {
+		b.rec.Sandbox.State = api.StateStopped
+	}
+	rec := b.rec
+	b.mu.Unlock()
+	if deleted {
+		return
+	}
+	m.log.Warn("sandbox guest exited", "sandbox", rec.Sandbox.ID)
+	rec.UpdatedAt = time.Now().UTC()
+	if err := m.store.PutSandbox(context.Background(), rec); err != nil {
+		m.log.Error("saving sandbox record", "sandbox", rec.Sandbox.ID, "err", err)
+	}
+}
+
+// DeleteSandbox destroys a sandbox: every process is killed, its cgroups,
+// socket and writable layer are removed and its record is deleted. Streams
+// attached to it end. Deleting is idempotent only in effect: a second call
+// returns ErrNotFound.
+func (m *Manager) DeleteSandbox(ctx context.Context, id string) error {
+	b, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	b.life.Lock()
+	defer b.life.Unlock()
+	b.mu.Lock()
+	if b.deleted {
+		b.mu.Unlock()
+		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	b.deleted = true
+	b.rec.Sandbox.State = api.StateDeleting
+	if b.expiry != nil {
+		b.expiry.Stop()
+	}
+	rt := b.rt
+	b.mu.Unlock()
+
+	var errs []error
+	if err := rt.Destroy(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("destroying: %w", err))
+	}
+	if err := os.RemoveAll(m.paths(id).dir); err != nil {
+		errs = append(errs, fmt.Errorf("removing sandbox dir: %w", err))
+	}
+	if err := m.store.DeleteSandbox(ctx, id); err != nil {
+		errs = append(errs, fmt.Errorf("deleting record: %w", err))
+	}
+	m.mu.Lock()
+	delete(m.sandboxes, id)
+	m.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("deleting sandbox %s: %w", id, err)
+	}
+	m.log.InfoContext(ctx, "sandbox deleted", "sandbox", id)
+	return nil
+}
+
+// acquire returns the running sandbox id with its lifecycle lock held shared;
+// the caller must call release.
+func (m *Manager) acquire(id string) (*box, func(), error) {
+	b, err := m.get(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.life.RLock()
+	b.mu.Lock()
+	state, deleted := b.rec.Sandbox.State, b.deleted
+	b.mu.Unlock()
+	if deleted {
+		b.life.RUnlock()
+		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if state != api.StateRunning {
+		b.life.RUnlock()
+		return nil, nil, fmt.Errorf("sandbox %s is %s: %w", id, state, errdefs.ErrConflict)
+	}
+	return b, b.life.RUnlock, nil
+}

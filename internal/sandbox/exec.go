@@ -1,0 +1,144 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/client"
+)
+
+// ExecStream yields the events of one exec or attach: "started" first (exec
+// only), then output, then exactly one "exit" or "error". Next returns io.EOF
+// after the last event. Closing the stream detaches; the process keeps
+// running.
+type ExecStream interface {
+	Next() (api.ExecEvent, error)
+	Close() error
+}
+
+var _ ExecStream = (*client.Stream)(nil)
+
+func (m *Manager) execRequest(b *box, req api.ExecRequest) (api.ExecRequest, error) {
+	if (len(req.Cmd) == 0) == (req.Command == "") {
+		return req, fmt.Errorf("exactly one of cmd or command is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := validateEnv(req.Env); err != nil {
+		return req, err
+	}
+	if req.TimeoutSeconds < 0 {
+		return req, fmt.Errorf("timeout_seconds must not be negative: %w", errdefs.ErrInvalidArgument)
+	}
+	b.mu.Lock()
+	env := cloneMap(b.rec.Sandbox.Env)
+	b.mu.Unlock()
+	if env == nil {
+		env = make(map[string]string, len(req.Env))
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	req.Env = env
+	return req, nil
+}
+
+// Exec starts a process in the sandbox and streams its events.
+func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (ExecStream, error) {
+	b, release, err := m.acquire(id)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	req, err = m.execRequest(b, req)
+	if err != nil {
+		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
+	}
+	req.Background = false
+	s, err := b.guest.Exec(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// StartProcess starts a background process and returns at once.
+func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
+	b, release, err := m.acquire(id)
+	if err != nil {
+		return api.Process{}, err
+	}
+	defer release()
+	req, err = m.execRequest(b, req)
+	if err != nil {
+		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
+	}
+	req.Background = true
+	p, err := b.guest.Start(ctx, req)
+	if err != nil {
+		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// Attach streams a process's output (replaying what it buffered when
+// replay is set) until it exits.
+func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (ExecStream, error) {
+	b, release, err := m.acquire(id)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	s, err := b.guest.Attach(ctx, pid, replay)
+	if err != nil {
+		return nil, fmt.Errorf("attaching to process %d in sandbox %s: %w", pid, id, err)
+	}
+	return s, nil
+}
+
+// ListProcesses lists the processes started through exec.
+func (m *Manager) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
+	var out []api.Process
+	err := m.withGuest(id, "listing processes", func(g *client.Client) (err error) {
+		out, err = g.Processes(ctx)
+		return err
+	})
+	return out, err
+}
+
+// WriteStdin copies r to a process's stdin, closing it afterwards when
+// closeAfter is set.
+func (m *Manager) WriteStdin(ctx context.Context, id string, pid int, r io.Reader, closeAfter bool) error {
+	return m.withGuest(id, fmt.Sprintf("writing stdin of process %d", pid), func(g *client.Client) error {
+		return g.WriteStdin(ctx, pid, r, closeAfter)
+	})
+}
+
+// Signal sends a signal to a process's group.
+func (m *Manager) Signal(ctx context.Context, id string, pid int, sig string) error {
+	return m.withGuest(id, fmt.Sprintf("signalling process %d", pid), func(g *client.Client) error {
+		return g.Signal(ctx, pid, sig)
+	})
+}
+
+// Resize changes a process's terminal size.
+func (m *Manager) Resize(ctx context.Context, id string, pid int, tty api.TTY) error {
+	return m.withGuest(id, fmt.Sprintf("resizing process %d", pid), func(g *client.Client) error {
+		return g.Resize(ctx, pid, tty)
+	})
+}
+
+// withGuest runs fn against the guest of a running sandbox while holding
+// its lifecycle lock shared, and wraps fn's error with what and the id.
+func (m *Manager) withGuest(id, what string, fn func(*client.Client) error) error {
+	b, release, err := m.acquire(id)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := fn(b.guest); err != nil {
+		return fmt.Errorf("%s in sandbox %s: %w", what, id, err)
+	}
+	return nil
+}

@@ -1,0 +1,273 @@
+// Package sandbox is the daemon's core: it owns the life of every sandbox
+// from create to delete, wiring the isolation backend (internal/runtime), the
+// template and layer stores, the in-sandbox guest client and the metadata
+// store. Every trigger (API, CLI, SDK, and later schedules and webhooks)
+// reaches sandboxes only through the Manager's methods, so metering, audit
+// and policy have one place to live.
+//
+// Concurrency: Manager methods are safe for concurrent use. Operations on one
+// sandbox are ordered by that sandbox's lifecycle lock: exec and file calls
+// share it, delete takes it exclusively, so a delete waits for calls that are
+// being set up and later calls see the sandbox gone. Long-running exec
+// streams do not hold the lock; deleting a sandbox ends them.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/client"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/templates"
+)
+
+// Config configures a Manager.
+type Config struct {
+	// DataDir holds sandboxes/<id>/{upper,work,state}.
+	DataDir string
+	// RunDir holds the per-sandbox guest sockets (sb/<id>.sock); it must be
+	// short (unix socket paths are limited to 108 bytes) and root-only.
+	RunDir string
+	// RunnerDir holds the guest binary ("agentbox") mounted read-only into
+	// every sandbox at /.agentbox; see PrepareRunner.
+	RunnerDir string
+	// IDs is the host uid/gid range sandbox ids 0..Size-1 map to.
+	IDs runtime.IDMap
+	// DefaultTemplate is used when a create request names none.
+	DefaultTemplate string
+	// DefaultResources fill in zero fields of a create request.
+	DefaultResources api.Resources
+	// Version is the daemon's version, reported by Info.
+	Version string
+	Logger  *slog.Logger
+}
+
+// Manager creates, tracks, recovers and destroys sandboxes.
+type Manager struct {
+	cfg       Config
+	log       *slog.Logger
+	backend   runtime.Backend
+	templates *templates.Manager
+	store     store.Store
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	sandboxes map[string]*box
+	closed    bool
+}
+
+// box is the Manager's view of one sandbox.
+type box struct {
+	// life orders operations on the sandbox: calls take it shared while
+	// they set up, delete takes it exclusively.
+	life sync.RWMutex
+
+	guest *client.Client
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	rec     store.SandboxRecord
+	rt      runtime.Sandbox
+	deleted bool
+	expiry  *time.Timer
+}
+
+// New returns a Manager. Call Recover once before serving requests.
+func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.Store) (*Manager, error) {
+	if cfg.DataDir == "" || cfg.RunDir == "" || cfg.RunnerDir == "" {
+		return nil, fmt.Errorf("sandbox manager: data, run and runner dirs are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DefaultTemplate == "" {
+		cfg.DefaultTemplate = "busybox"
+	}
+	for _, d := range []string{filepath.Join(cfg.DataDir, "sandboxes"), filepath.Join(cfg.RunDir, "sb")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("sandbox manager: %w", err)
+		}
+	}
+	return &Manager{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		backend:   backend,
+		templates: tmpl,
+		store:     st,
+		sandboxes: make(map[string]*box),
+	}, nil
+}
+
+// Backend returns the isolation backend's capabilities.
+func (m *Manager) Backend() runtime.Capabilities { return m.backend.Capabilities() }
+
+// Info reports the daemon's version, backend and number of sandboxes.
+func (m *Manager) Info(ctx context.Context) (api.Info, error) {
+	caps := m.backend.Capabilities()
+	m.mu.Lock()
+	n := len(m.sandboxes)
+	m.mu.Unlock()
+	return api.Info{
+		Version:      m.cfg.Version,
+		API:          api.Version,
+		Backend:      caps.Name,
+		Capabilities: append([]string(nil), caps.Features...),
+		CgroupMode:   caps.CgroupMode,
+		DataDir:      m.cfg.DataDir,
+		Sandboxes:    n,
+	}, nil
+}
+
+// ListSandboxes returns the sandboxes whose labels include every pair in
+// labels, oldest first.
+func (m *Manager) ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error) {
+	m.mu.Lock()
+	boxes := make([]*box, 0, len(m.sandboxes))
+	for _, b := range m.sandboxes {
+		boxes = append(boxes, b)
+	}
+	m.mu.Unlock()
+	out := make([]api.Sandbox, 0, len(boxes))
+	for _, b := range boxes {
+		sb := b.view()
+		if matchLabels(sb.Labels, labels) {
+			out = append(out, sb)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+func matchLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// GetSandbox returns one sandbox.
+func (m *Manager) GetSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	b, err := m.get(id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return b.view(), nil
+}
+
+func (m *Manager) get(id string) (*box, error) {
+	m.mu.Lock()
+	b, ok := m.sandboxes[id]
+	m.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return b, nil
+}
+
+func (b *box) view() api.Sandbox {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sb := b.rec.Sandbox
+	sb.Env = cloneMap(sb.Env)
+	sb.Labels = cloneMap(sb.Labels)
+	return sb
+}
+
+func (b *box) setState(state string) {
+	b.mu.Lock()
+	b.rec.Sandbox.State = state
+	b.mu.Unlock()
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// newID returns a fresh sandbox id: 12 characters of [a-z0-9].
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	var buf [12]byte
+	if _, err := rand.Read(buf[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	for i := range buf {
+		buf[i] = alphabet[int(buf[i])%len(alphabet)]
+	}
+	return string(buf[:])
+}
+
+// sandboxPaths are the host paths of one sandbox.
+type sandboxPaths struct {
+	dir, upper, work, state, socket string
+}
+
+func (m *Manager) paths(id string) sandboxPaths {
+	dir := filepath.Join(m.cfg.DataDir, "sandboxes", id)
+	return sandboxPaths{
+		dir:    dir,
+		upper:  filepath.Join(dir, "upper"),
+		work:   filepath.Join(dir, "work"),
+		state:  filepath.Join(dir, "state"),
+		socket: filepath.Join(m.cfg.RunDir, "sb", id+".sock"),
+	}
+}
+
+// Close stops expiry timers and forgets the sandboxes without touching them:
+// a daemon that shuts down leaves its sandboxes running for the next one to
+// re-adopt.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	for _, b := range m.sandboxes {
+		b.mu.Lock()
+		if b.expiry != nil {
+			b.expiry.Stop()
+		}
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+// DestroyAll deletes every sandbox. The embedded daemon of `agentbox run`
+// uses it on exit; a long-running daemon never does.
+func (m *Manager) DestroyAll(ctx context.Context) error {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.sandboxes))
+	for id := range m.sandboxes {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if err := m.DeleteSandbox(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

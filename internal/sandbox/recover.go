@@ -1,0 +1,101 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/client"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Recover re-adopts the sandboxes an earlier daemon left running and reaps
+// the rest. It must run once, before requests are served. A sandbox whose
+// guest still runs is registered again with its guest untouched (its
+// processes never noticed the restart); one whose guest died, or whose
+// record is broken, is cleaned up completely; sandbox directories with no
+// record (a crash mid-create) are removed.
+func (m *Manager) Recover(ctx context.Context) error {
+	recs, err := m.store.ListSandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("recovering sandboxes: %w", err)
+	}
+	known := make(map[string]bool, len(recs))
+	adopted, reaped := 0, 0
+	for _, rec := range recs {
+		id := rec.Sandbox.ID
+		known[id] = true
+		if err := m.adopt(ctx, rec); err != nil {
+			m.log.WarnContext(ctx, "sandbox not recoverable; cleaning up", "sandbox", id, "err", err)
+			if cerr := m.reap(ctx, rec); cerr != nil {
+				m.log.ErrorContext(ctx, "cleaning up sandbox", "sandbox", id, "err", cerr)
+			}
+			reaped++
+			continue
+		}
+		adopted++
+	}
+	entries, err := os.ReadDir(filepath.Join(m.cfg.DataDir, "sandboxes"))
+	if err != nil {
+		return fmt.Errorf("recovering sandboxes: %w", err)
+	}
+	for _, e := range entries {
+		if known[e.Name()] || !idRE.MatchString(e.Name()) {
+			continue
+		}
+		m.log.WarnContext(ctx, "removing orphaned sandbox", "sandbox", e.Name())
+		p := m.paths(e.Name())
+		rec := store.SandboxRecord{Sandbox: api.Sandbox{ID: e.Name()}, UpperDir: p.upper, WorkDir: p.work, StateDir: p.state, SocketPath: p.socket}
+		if err := m.reap(ctx, rec); err != nil {
+			m.log.ErrorContext(ctx, "removing orphaned sandbox", "sandbox", e.Name(), "err", err)
+		}
+		reaped++
+	}
+	m.log.InfoContext(ctx, "sandboxes recovered", "adopted", adopted, "reaped", reaped)
+	return nil
+}
+
+func (m *Manager) adopt(ctx context.Context, rec store.SandboxRecord) error {
+	if rec.Sandbox.State != api.StateRunning {
+		return fmt.Errorf("recorded state %q: %w", rec.Sandbox.State, errdefs.ErrNotFound)
+	}
+	rt, err := m.backend.Recover(ctx, m.runtimeSpec(rec), rec.RuntimeState)
+	if err != nil {
+		return err
+	}
+	guest := client.New(rt.SocketPath())
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	version, err := guest.Version(vctx)
+	cancel()
+	if err != nil {
+		_ = rt.Destroy(context.WithoutCancel(ctx))
+		return fmt.Errorf("guest does not answer: %w", err)
+	}
+	rec.Sandbox.GuestVersion = version
+	rec.RuntimeState = rt.State()
+	b := &box{guest: guest, rec: rec, rt: rt}
+	// An expired sandbox is registered too: register's expiry timer fires
+	// at once and deletes it through the ordinary path.
+	return m.register(b)
+}
+
+// reap removes every trace of a sandbox that is not running.
+func (m *Manager) reap(ctx context.Context, rec store.SandboxRecord) error {
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	if err := m.backend.Cleanup(ctx, m.runtimeSpec(rec)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(m.paths(rec.Sandbox.ID).dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.store.DeleteSandbox(ctx, rec.Sandbox.ID); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,156 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/client"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/templates"
+)
+
+// ListTemplates lists built and builtin templates.
+func (m *Manager) ListTemplates(ctx context.Context) ([]api.Template, error) {
+	return m.templates.List(ctx)
+}
+
+// GetTemplate describes one template.
+func (m *Manager) GetTemplate(ctx context.Context, name string) (api.Template, error) {
+	ts, err := m.templates.List(ctx)
+	if err != nil {
+		return api.Template{}, err
+	}
+	for _, t := range ts {
+		if t.Name == name {
+			return t, nil
+		}
+	}
+	return api.Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+}
+
+// BuildTemplate builds (or finds cached) a template, reporting progress.
+func (m *Manager) BuildTemplate(ctx context.Context, req api.BuildTemplateRequest, progress func(api.BuildEvent)) (api.Template, error) {
+	if _, err := m.templates.Build(ctx, req, progress); err != nil {
+		return api.Template{}, err
+	}
+	name := req.Name
+	if req.Spec != nil {
+		name = req.Spec.Name
+	}
+	return m.GetTemplate(ctx, name)
+}
+
+// StepRunner runs template build steps in throwaway sandboxes of the
+// Manager's backend.
+type StepRunner struct {
+	m *Manager
+}
+
+// StepRunner returns the runner the template manager uses for "run" steps.
+func (m *Manager) StepRunner() *StepRunner { return &StepRunner{m: m} }
+
+// SetTemplates attaches the template manager; it exists because templates
+// and sandboxes depend on each other (templates run build steps in
+// sandboxes). Call it once, before Recover.
+func (m *Manager) SetTemplates(t *templates.Manager) { m.templates = t }
+
+var _ templates.StepRunner = (*StepRunner)(nil)
+
+// RunStep runs command with /bin/sh -c in a sandbox whose root is layers plus
+// upperDir, streaming its output, and destroys the sandbox afterwards,
+// leaving upperDir in place. A non-zero exit is an error.
+func (r *StepRunner) RunStep(ctx context.Context, layers []string, upperDir string, env map[string]string, command string, output io.Writer) (err error) {
+	m := r.m
+	id := "build-" + newID()
+	work := filepath.Join(filepath.Dir(upperDir), "work")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return fmt.Errorf("build step: %w", err)
+	}
+	if err := os.Lchown(work, int(m.cfg.IDs.HostID), int(m.cfg.IDs.HostID)); err != nil {
+		return fmt.Errorf("build step: %w", err)
+	}
+	defer os.RemoveAll(work)
+	state, err := os.MkdirTemp(filepath.Join(m.cfg.DataDir, "sandboxes"), ".build-")
+	if err != nil {
+		return fmt.Errorf("build step: %w", err)
+	}
+	defer os.RemoveAll(state)
+	spec := runtime.Spec{
+		ID:         id,
+		Layers:     layers,
+		UpperDir:   upperDir,
+		WorkDir:    work,
+		RunnerDir:  m.cfg.RunnerDir,
+		SocketPath: filepath.Join(m.cfg.RunDir, "sb", id+".sock"),
+		StateDir:   state,
+		Hostname:   "build",
+		UIDMap:     m.cfg.IDs,
+		GIDMap:     m.cfg.IDs,
+		Resources: runtime.Resources{
+			CPUs:        m.cfg.DefaultResources.CPUs,
+			MemoryBytes: m.cfg.DefaultResources.MemoryBytes,
+			PidsMax:     m.cfg.DefaultResources.PidsMax,
+		},
+	}
+	rt, err := m.backend.Create(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("build step: starting sandbox: %w", err)
+	}
+	defer func() {
+		if derr := rt.Destroy(context.WithoutCancel(ctx)); derr != nil && err == nil {
+			err = fmt.Errorf("build step: destroying sandbox: %w", derr)
+		}
+	}()
+	g := client.New(rt.SocketPath())
+	vctx, cancel := context.WithTimeout(ctx, guestReadyWait)
+	_, err = g.Version(vctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("build step: waiting for guest: %w", err)
+	}
+	s, err := g.Exec(ctx, api.ExecRequest{Command: command, Env: env, Cwd: "/"})
+	if err != nil {
+		return fmt.Errorf("build step: %w", err)
+	}
+	defer s.Close()
+	start := time.Now()
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			return fmt.Errorf("build step: reading output: %w", err)
+		}
+		switch ev.Type {
+		case api.EventStdout, api.EventStderr:
+			if output != nil {
+				_, _ = output.Write(ev.Data)
+			}
+		case api.EventExit:
+			if ev.ExitCode == nil || *ev.ExitCode != 0 {
+				return fmt.Errorf("build step %q failed after %s (%s): %w", command, time.Since(start).Round(time.Millisecond), exitText(ev), errdefs.ErrFailedPrecondition)
+			}
+			return nil
+		case api.EventError:
+			msg := "unknown error"
+			if ev.Error != nil {
+				msg = ev.Error.Message
+			}
+			return fmt.Errorf("build step %q: %s: %w", command, msg, errdefs.ErrFailedPrecondition)
+		}
+	}
+}
+
+func exitText(ev api.ExecEvent) string {
+	if ev.Signal != "" {
+		return "killed by signal " + ev.Signal
+	}
+	if ev.ExitCode != nil {
+		return fmt.Sprintf("exit code %d", *ev.ExitCode)
+	}
+	return "no exit code"
+}

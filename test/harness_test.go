@@ -1,0 +1,254 @@
+// Package test holds the integration and security suites. They drive the
+// real agentbox binary: a daemon started as a subprocess on a private socket
+// and data dir, reached through the public Go SDK, exactly as users do.
+//
+// They need root (namespaces, cgroups); CI runs them as root. Set
+// AGENTBOX_BIN to a prebuilt static binary, or the suite builds one.
+package test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	agentbox "github.com/agentbox/agentbox/sdk/go"
+
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// agentboxBin returns the path of a static agentbox binary.
+func agentboxBin(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if p := os.Getenv("AGENTBOX_BIN"); p != "" {
+			binPath, binErr = filepath.Abs(p)
+			return
+		}
+		dir, err := os.MkdirTemp("", "agentbox-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "agentbox")
+		cmd := exec.Command("go", "build", "-o", binPath, "github.com/agentbox/agentbox/cmd/agentbox")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("agentbox binary: %v", binErr)
+	}
+	return binPath
+}
+
+// daemon is an `agentbox serve` subprocess.
+type daemon struct {
+	t       testing.TB
+	dir     string // short: holds the socket
+	dataDir string
+	socket  string
+	logPath string
+	cmd     *exec.Cmd
+	client  *agentbox.Client
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newDaemon starts a daemon on a fresh data dir; it is stopped (sandboxes
+// deleted, data dir removed) when t ends.
+func newDaemon(t testing.TB) *daemon {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	dir := filepath.Join("/tmp", "abx-"+randHex(4))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{
+		t:       t,
+		dir:     dir,
+		dataDir: filepath.Join(dir, "data"),
+		socket:  filepath.Join(dir, "run", "agentbox.sock"),
+		logPath: filepath.Join(dir, "daemon.log"),
+	}
+	d.start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if d.cmd != nil && d.client != nil {
+			if sbs, err := d.client.List(ctx, nil); err == nil {
+				for _, sb := range sbs {
+					_ = sb.Delete(ctx)
+				}
+			}
+		}
+		d.stop(syscall.SIGTERM)
+		if t.Failed() {
+			if b, err := os.ReadFile(d.logPath); err == nil {
+				t.Logf("daemon log:\n%s", tail(string(b), 60))
+			}
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return d
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// start launches the daemon process and waits until its API answers.
+func (d *daemon) start() {
+	d.t.Helper()
+	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(agentboxBin(d.t), "serve", "--data-dir", d.dataDir, "--socket", d.socket, "--log-level", "debug")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.cmd = cmd
+	c, err := agentbox.New(agentbox.WithHost("unix://" + d.socket))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.client = c
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Health(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(d.logPath)
+			d.t.Fatalf("daemon did not become healthy: %v\n%s", err, tail(string(b), 40))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends sig to the daemon and waits for it to exit.
+func (d *daemon) stop(sig syscall.Signal) {
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-done
+	}
+	d.cmd = nil
+}
+
+// restart stops the daemon with sig (SIGKILL for a crash) and starts a new
+// one on the same data dir.
+func (d *daemon) restart(sig syscall.Signal) {
+	d.t.Helper()
+	d.stop(sig)
+	d.start()
+}
+
+// create makes a busybox sandbox deleted at the end of the test.
+func (d *daemon) create(t testing.TB, spec agentbox.SandboxSpec) *agentbox.Sandbox {
+	t.Helper()
+	if spec.Template == "" {
+		spec.Template = "busybox"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := d.client.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create sandbox: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sb.Delete(ctx); err != nil && !agentbox.IsNotFound(err) {
+			t.Errorf("delete sandbox %s: %v", sb.ID(), err)
+		}
+	})
+	return sb
+}
+
+// run runs a shell command and fails the test unless it could be run.
+func run(t testing.TB, sb *agentbox.Sandbox, command string, opts ...agentbox.ExecOption) *agentbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := sb.Run(ctx, command, opts...)
+	if err != nil {
+		t.Fatalf("run %q: %v", command, err)
+	}
+	return res
+}
+
+// mustRun runs a shell command and fails the test unless it exits 0.
+func mustRun(t testing.TB, sb *agentbox.Sandbox, command string, opts ...agentbox.ExecOption) string {
+	t.Helper()
+	res := run(t, sb, command, opts...)
+	if res.ExitCode != 0 {
+		t.Fatalf("run %q: exit %d\nstdout: %s\nstderr: %s", command, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return string(res.Stdout)
+}
+
+// rawRequest sends an HTTP request to the daemon's unix socket and returns
+// the status and body.
+func (d *daemon) rawRequest(t testing.TB, method, path string, body []byte) (int, []byte) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var nd net.Dialer
+			return nd.DialContext(ctx, "unix", d.socket)
+		},
+	}, Timeout: 30 * time.Second}
+	req, err := http.NewRequest(method, "http://agentbox"+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	return resp.StatusCode, buf.Bytes()
+}

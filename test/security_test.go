@@ -1,0 +1,280 @@
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	agentbox "github.com/agentbox/agentbox/sdk/go"
+)
+
+// dockerDefaultCapBnd is Docker's default capability set: CHOWN,
+// DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID, SETPCAP,
+// NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD, AUDIT_WRITE, SETFCAP.
+const dockerDefaultCapBnd = "00000000a80425fb"
+
+// TestSecurity attacks the isolation from inside sandboxes. Every subtest
+// states one isolation claim and tries to break it.
+func TestSecurity(t *testing.T) {
+	d := newDaemon(t)
+	sb := d.create(t, agentbox.SandboxSpec{})
+
+	t.Run("ProcessPosture", func(t *testing.T) {
+		// Every exec'd process, and its children, is filtered, cannot gain
+		// privileges and has a trimmed bounding set.
+		for _, cmd := range []string{"cat /proc/self/status", "sh -c 'sh -c \"cat /proc/self/status\"'"} {
+			status := mustRun(t, sb, cmd)
+			fields := parseStatus(status)
+			if fields["Seccomp"] != "2" {
+				t.Errorf("%s: Seccomp = %q, want 2", cmd, fields["Seccomp"])
+			}
+			if fields["NoNewPrivs"] != "1" {
+				t.Errorf("%s: NoNewPrivs = %q, want 1", cmd, fields["NoNewPrivs"])
+			}
+			if fields["CapBnd"] != dockerDefaultCapBnd {
+				t.Errorf("%s: CapBnd = %q, want %s", cmd, fields["CapBnd"], dockerDefaultCapBnd)
+			}
+			if fields["CapEff"] != dockerDefaultCapBnd && fields["CapEff"] != "0000000000000000" {
+				t.Errorf("%s: CapEff = %q, want within %s", cmd, fields["CapEff"], dockerDefaultCapBnd)
+			}
+		}
+	})
+
+	t.Run("NoSharedNamespaces", func(t *testing.T) {
+		for _, ns := range []string{"mnt", "pid", "net", "uts", "ipc", "cgroup", "user"} {
+			host, err := os.Readlink("/proc/self/ns/" + ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inside := strings.TrimSpace(mustRun(t, sb, "readlink /proc/self/ns/"+ns))
+			if inside == "" || inside == host {
+				t.Errorf("namespace %s: inside %q, host %q: shared or unreadable", ns, inside, host)
+			}
+		}
+	})
+
+	t.Run("RootIsUnprivilegedOnHost", func(t *testing.T) {
+		uidMap := strings.Fields(mustRun(t, sb, "cat /proc/self/uid_map"))
+		if len(uidMap) != 3 || uidMap[0] != "0" || uidMap[1] == "0" {
+			t.Fatalf("uid_map = %v, want 0 -> unprivileged host uid", uidMap)
+		}
+		hostUID, _ := strconv.Atoi(uidMap[1])
+		if hostUID < 1000 {
+			t.Fatalf("sandbox root maps to host uid %d, a system account", hostUID)
+		}
+		if id := strings.TrimSpace(mustRun(t, sb, "id -u")); id != "0" {
+			t.Fatalf("id -u inside = %s, want 0", id)
+		}
+		// A file root creates inside is owned by the mapped uid on the host.
+		mustRun(t, sb, "echo x > /root/owned")
+		fi, err := os.Stat(filepath.Join(d.dataDir, "sandboxes", sb.ID(), "upper", "root", "owned"))
+		if err != nil {
+			t.Fatalf("stat upper file on host: %v", err)
+		}
+		if uid := statUID(fi); uid != uint32(hostUID) {
+			t.Fatalf("file created by sandbox root is owned by host uid %d, want %d", uid, hostUID)
+		}
+	})
+
+	t.Run("OnlyStdioFDs", func(t *testing.T) {
+		// ls opens /proc/self/fd itself as fd 3; nothing else may be open.
+		out := mustRun(t, sb, "ls /proc/self/fd")
+		for _, fd := range strings.Fields(out) {
+			if fd != "0" && fd != "1" && fd != "2" && fd != "3" {
+				t.Errorf("exec'd process has fd %s open (fds: %s)", fd, strings.Join(strings.Fields(out), " "))
+			}
+		}
+		// The shell's own descriptors, seen from a child.
+		out = mustRun(t, sb, "ls /proc/$$/fd")
+		for _, fd := range strings.Fields(out) {
+			n, _ := strconv.Atoi(fd)
+			if n > 2 && n < 10 { // busybox sh keeps a high fd for its script
+				t.Errorf("shell has fd %s open (fds: %s)", fd, strings.Join(strings.Fields(out), " "))
+			}
+		}
+	})
+
+	t.Run("CwdOutsideRootRefused", func(t *testing.T) {
+		hostCanary := "/agentbox-host-canary-" + randHex(4)
+		if err := os.Mkdir(hostCanary, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(hostCanary)
+		ctx := context.Background()
+		for _, cwd := range []string{"relative/dir", "/does/not/exist", "/proc/self/fd/3", "/proc/self/fd/4", "/proc/1/fd/3", "/proc/self/cwd/../../.."} {
+			res, err := sb.Run(ctx, "ls -a ../../../../../../..", agentbox.WithCwd(cwd))
+			if err != nil {
+				if !agentbox.IsInvalidArgument(err) && !agentbox.IsNotFound(err) {
+					t.Errorf("cwd %q: error %v, want invalid argument", cwd, err)
+				}
+				continue
+			}
+			if strings.Contains(string(res.Stdout), filepath.Base(hostCanary)) {
+				t.Errorf("cwd %q reached the host root: %s", cwd, res.Stdout)
+			}
+		}
+	})
+
+	t.Run("SymlinksDoNotReachHost", func(t *testing.T) {
+		dir := t.TempDir()
+		canary := filepath.Join(dir, "canary")
+		secret := "host-secret-" + randHex(8)
+		if err := os.WriteFile(canary, []byte(secret), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		// Final component, intermediate component, and a relative escape.
+		mustRun(t, sb, "ln -sf "+canary+" /tmp/final && ln -sfn "+dir+" /tmp/inter && ln -sfn ../../../../../../.. /tmp/rel")
+		for _, p := range []string{"/tmp/final", "/tmp/inter/canary", "/tmp/rel" + canary} {
+			data, err := sb.ReadFile(ctx, p)
+			if err == nil && bytes.Contains(data, []byte(secret)) {
+				t.Errorf("files API read of %s returned the host canary", p)
+			}
+			if err := sb.WriteFile(ctx, p, []byte("pwned"), 0o644); err == nil {
+				t.Logf("write to %s succeeded (inside the sandbox)", p)
+			}
+			if rc, err := sb.DownloadDir(ctx, filepath.Dir(p)); err == nil {
+				b := new(bytes.Buffer)
+				_, _ = b.ReadFrom(rc)
+				rc.Close()
+				if bytes.Contains(b.Bytes(), []byte(secret)) {
+					t.Errorf("archive of %s contains the host canary", filepath.Dir(p))
+				}
+			}
+		}
+		got, err := os.ReadFile(canary)
+		if err != nil || string(got) != secret {
+			t.Fatalf("host canary changed: %q, %v", got, err)
+		}
+		entries, _ := os.ReadDir(dir)
+		if len(entries) != 1 {
+			t.Fatalf("host dir gained files through sandbox symlinks: %v", entries)
+		}
+		// The sandbox's own view: the canary path does not exist inside.
+		if res := run(t, sb, "cat "+canary); res.ExitCode == 0 {
+			t.Fatalf("host canary readable inside the sandbox: %s", res.Stdout)
+		}
+	})
+
+	t.Run("MinimalDev", func(t *testing.T) {
+		want := map[string]bool{"null": true, "zero": true, "full": true, "random": true, "urandom": true, "tty": true, "ptmx": true, "pts": true, "shm": true,
+			"fd": true, "stdin": true, "stdout": true, "stderr": true, "mqueue": true}
+		for _, name := range strings.Fields(mustRun(t, sb, "ls /dev")) {
+			if !want[name] {
+				t.Errorf("/dev/%s present in the sandbox", name)
+			}
+		}
+		if res := run(t, sb, "mknod /tmp/mem c 1 1"); res.ExitCode == 0 {
+			t.Fatal("mknod of a device succeeded")
+		}
+		if res := run(t, sb, "mknod /tmp/sda b 8 0"); res.ExitCode == 0 {
+			t.Fatal("mknod of a block device succeeded")
+		}
+	})
+
+	t.Run("HostBinaryNotWritableViaProcExe", func(t *testing.T) {
+		bin := agentboxBin(t)
+		before := fileHash(t, bin)
+		res := run(t, sb, `for p in /proc/[0-9]*; do if (echo x >> $p/exe) 2>/dev/null; then echo WROTE $p; fi; done; echo done`)
+		if strings.Contains(string(res.Stdout), "WROTE") {
+			t.Errorf("opened /proc/*/exe for writing: %s", res.Stdout)
+		}
+		if after := fileHash(t, bin); after != before {
+			t.Fatal("the agentbox binary on the host changed")
+		}
+		// PID 1's executable is the read-only runner copy, not the daemon's.
+		if res := run(t, sb, "ls -l /proc/1/exe"); !strings.Contains(string(res.Stdout), "/.agentbox/") {
+			t.Errorf("/proc/1/exe = %s, want the runner under /.agentbox", res.Stdout)
+		}
+	})
+
+	t.Run("KernelInterfacesBlocked", func(t *testing.T) {
+		for _, cmd := range []string{
+			"unshare -U true", "unshare -m true", "unshare -n true",
+			"mount -t tmpfs x /mnt", "mount --bind /tmp /mnt",
+			"cat /proc/kcore | head -c1", "echo 1 > /proc/sys/kernel/panic",
+			"echo b > /proc/sysrq-trigger",
+		} {
+			if res := run(t, sb, cmd); res.ExitCode == 0 {
+				t.Errorf("%q succeeded inside the sandbox", cmd)
+			}
+		}
+		if out := mustRun(t, sb, "cat /proc/net/dev"); strings.Contains(out, "eth") || strings.Contains(out, "veth") || strings.Count(out, ":") != 1 {
+			t.Errorf("network interfaces other than lo:\n%s", out)
+		}
+	})
+}
+
+// TestResourceBombsContained runs a fork bomb and a memory bomb and checks
+// that a neighbour keeps answering and the bombs stay inside their limits.
+func TestResourceBombsContained(t *testing.T) {
+	d := newDaemon(t)
+	neighbour := d.create(t, agentbox.SandboxSpec{})
+	ctx := context.Background()
+
+	t.Run("ForkBomb", func(t *testing.T) {
+		sb := d.create(t, agentbox.SandboxSpec{Resources: apiResources(0, 0, 64)})
+		res, err := sb.Run(ctx, `bomb() { bomb | bomb & }; bomb; sleep 3; echo done`, agentbox.WithTimeout(20*time.Second))
+		if err != nil {
+			t.Fatalf("fork bomb exec: %v", err)
+		}
+		_ = res
+		if out := mustRun(t, neighbour, "echo alive"); strings.TrimSpace(out) != "alive" {
+			t.Fatalf("neighbour answered %q", out)
+		}
+		n := countSandboxProcs(t, d, sb.ID())
+		if n > 64 {
+			t.Fatalf("sandbox has %d processes, pids.max is 64", n)
+		}
+	})
+
+	t.Run("MemoryBomb", func(t *testing.T) {
+		sb := d.create(t, agentbox.SandboxSpec{Resources: apiResources(0, 64<<20, 0)})
+		res, err := sb.Run(ctx, `dd if=/dev/zero bs=1M count=512 | sort > /dev/null; echo survived`, agentbox.WithTimeout(60*time.Second))
+		if err != nil {
+			t.Fatalf("memory bomb exec: %v", err)
+		}
+		if strings.Contains(string(res.Stdout), "survived") && res.ExitCode == 0 && !strings.Contains(string(res.Stderr), "Killed") {
+			// sort's exit status is what the shell reports; check it was killed.
+			t.Logf("stdout %q stderr %q exit %d", res.Stdout, res.Stderr, res.ExitCode)
+		}
+		oom := mustRun(t, sb, "echo ok")
+		if strings.TrimSpace(oom) != "ok" {
+			t.Fatalf("sandbox did not survive its own OOM kill: %q", oom)
+		}
+		if events := memoryOOMKills(t, sb.ID()); events == 0 {
+			t.Fatalf("no OOM kill recorded in the sandbox's memory cgroup; stdout %q stderr %q exit %d", res.Stdout, res.Stderr, res.ExitCode)
+		}
+		if out := mustRun(t, neighbour, "echo alive"); strings.TrimSpace(out) != "alive" {
+			t.Fatalf("neighbour answered %q", out)
+		}
+	})
+}
+
+func parseStatus(s string) map[string]string {
+	out := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+func fileHash(t testing.TB, path string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
