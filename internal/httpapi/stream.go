@@ -1,0 +1,226 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// ndjsonWriter writes one JSON object per line and flushes after each, so
+// the client sees every event as soon as it happens.
+type ndjsonWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	enc     *json.Encoder
+	started bool
+}
+
+func newNDJSON(w http.ResponseWriter) *ndjsonWriter {
+	return &ndjsonWriter{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
+}
+
+// write sends v, sending the 200 header first if needed. An error means the
+// client is gone.
+func (n *ndjsonWriter) write(v any) error {
+	if !n.started {
+		n.started = true
+		n.w.Header().Set("Content-Type", "application/x-ndjson")
+		n.w.WriteHeader(http.StatusOK)
+	}
+	if err := n.enc.Encode(v); err != nil {
+		return err
+	}
+	return n.rc.Flush()
+}
+
+// streamStopKey carries, in the server's base context, a context that is
+// cancelled when the daemon begins shutting down (see Server).
+type streamStopKey struct{}
+
+// shutdownContext returns the server's stream-stop context, or nil.
+func shutdownContext(ctx context.Context) context.Context {
+	c, _ := ctx.Value(streamStopKey{}).(context.Context)
+	return c
+}
+
+// exec runs a command in a sandbox.
+//
+// Why NDJSON over plain HTTP is the primary exec transport: a chunked
+// response of one JSON event per line works with curl and every HTTP
+// client, passes through reverse proxies and load balancers that mangle or
+// refuse WebSocket upgrades, needs no framing library (an SDK is a line
+// reader and a JSON decoder), and keeps the auth, error and request-id rules
+// identical to every other route. Input is the one thing that would need a
+// full-duplex connection, so it is not carried on the stream at all: stdin,
+// resize and signal are separate short requests addressed by pid, and a
+// dropped stream is resumed by attach with replay. The process never depends
+// on the connection: when the client goes away only the attachment ends.
+//
+// With background=true no stream is opened: the process is started and
+// 201 api.Process is returned at once.
+func (h *handler) exec(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var req api.ExecRequest
+	if err := h.decodeJSON(w, r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := validExec(&req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if req.Background {
+		p, err := h.svc.StartProcess(r.Context(), id, req)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, p)
+		return
+	}
+	stream, err := h.svc.Exec(r.Context(), id, req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	h.pumpExec(w, r, stream)
+}
+
+// attach re-attaches to a process's output.
+func (h *handler) attach(w http.ResponseWriter, r *http.Request) {
+	id, pid, err := idPid(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	replay, err := boolQuery(r, "replay")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	stream, err := h.svc.Attach(r.Context(), id, pid, replay)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	h.pumpExec(w, r, stream)
+}
+
+// pumpExec copies stream to the client until the final event, the client
+// going away, or the daemon shutting down. It always closes stream; closing
+// from another goroutine unblocks a pending Next.
+func (h *handler) pumpExec(w http.ResponseWriter, r *http.Request, stream ExecStream) {
+	rs := stateFrom(r.Context())
+	var closeOnce sync.Once
+	closeStream := func() { closeOnce.Do(func() { _ = stream.Close() }) }
+	defer closeStream()
+	stopReq := context.AfterFunc(r.Context(), closeStream)
+	defer stopReq()
+	shutdown := shutdownContext(r.Context())
+	if shutdown != nil {
+		stopShutdown := context.AfterFunc(shutdown, closeStream)
+		defer stopShutdown()
+	}
+
+	out := newNDJSON(w)
+	for {
+		ev, err := stream.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				if !out.started { // an empty stream still answers 200
+					w.Header().Set("Content-Type", "application/x-ndjson")
+					w.WriteHeader(http.StatusOK)
+				}
+				return
+			}
+			if r.Context().Err() != nil {
+				rs.err = fmt.Errorf("client went away: %w", r.Context().Err())
+				return
+			}
+			if shutdown != nil && shutdown.Err() != nil {
+				err = fmt.Errorf("daemon shutting down; re-attach to the process: %w", errdefs.ErrUnavailable)
+			}
+			_, pub := publicError(err, rs.id)
+			rs.err = err
+			_ = out.write(api.ExecEvent{Type: api.EventError, Error: &pub})
+			return
+		}
+		if ev.Error != nil && ev.Error.RequestID == "" {
+			ev.Error.RequestID = rs.id
+		}
+		if err := out.write(ev); err != nil {
+			rs.err = fmt.Errorf("writing stream: %w", err)
+			return
+		}
+		if ev.Type == api.EventExit || ev.Type == api.EventError {
+			return
+		}
+	}
+}
+
+// buildTemplate streams the progress of a template build. Errors before the
+// first progress event are ordinary JSON error responses; afterwards they
+// become the stream's final error event.
+func (h *handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
+	var req api.BuildTemplateRequest
+	if err := h.decodeJSON(w, r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if (req.Name == "") == (req.Spec == nil) {
+		writeError(w, r, errorf("exactly one of name or spec must be set"))
+		return
+	}
+	if req.Name != "" && !templateNameRe.MatchString(req.Name) {
+		writeError(w, r, errorf("invalid template name %q", clip(req.Name)))
+		return
+	}
+	rs := stateFrom(r.Context())
+	out := newNDJSON(w)
+	var (
+		mu       sync.Mutex // guards out and done against a misbehaving Service
+		done     bool
+		writeErr error
+	)
+	progress := func(ev api.BuildEvent) {
+		if ev.Type != api.BuildEventStep && ev.Type != api.BuildEventLog {
+			return // the final event is the edge's to send
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if done || writeErr != nil {
+			return
+		}
+		writeErr = out.write(ev)
+	}
+	t, err := h.svc.BuildTemplate(r.Context(), req, progress)
+	mu.Lock()
+	defer mu.Unlock()
+	done = true
+	if err != nil && !out.started {
+		writeError(w, r, err)
+		return
+	}
+	if writeErr != nil {
+		rs.err = fmt.Errorf("writing stream: %w", writeErr)
+		return
+	}
+	if err != nil {
+		_, pub := publicError(err, rs.id)
+		rs.err = err
+		_ = out.write(api.BuildEvent{Type: api.BuildEventError, Error: &pub})
+		return
+	}
+	_ = out.write(api.BuildEvent{Type: api.BuildEventDone, Template: &t})
+}
