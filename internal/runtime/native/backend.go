@@ -1,0 +1,161 @@
+// Package native is the isolation backend built directly on Linux
+// primitives: user, mount, pid, uts, ipc, net and cgroup namespaces, cgroups
+// (v1 or v2, through containerd/cgroups), overlayfs, a capability bounding
+// set, no_new_privs and a seccomp filter. It uses no OCI runtime.
+//
+// The host side (this package) creates the cgroup and the guest's listening
+// socket, starts the runner copy of the agentbox binary as "agentbox guest
+// init" in fresh namespaces and waits for it to report that setup is done.
+// Everything inside the namespaces is done by package nsinit, running as the
+// guest's PID 1; no mount is ever made in the host's mount namespace, so
+// nothing of a sandbox's filesystem outlives its processes.
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+// Name is the backend's name in Capabilities.
+const Name = "native"
+
+// Config configures the backend.
+type Config struct {
+	// CgroupParent is the cgroup (relative to every hierarchy root) under
+	// which each sandbox gets <CgroupParent>/<id>. Default "agentbox".
+	CgroupParent string
+	// Logger receives lifecycle events; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Backend is the native runtime.Backend. It holds no per-sandbox state, so
+// several instances (e.g. before and after a daemon restart) can manage the
+// same sandboxes. Safe for concurrent use on distinct sandbox ids.
+type Backend struct {
+	cgroupParent string
+	mode         string // cgroupMode(): "v1", "hybrid" or "v2"
+	log          *slog.Logger
+}
+
+var (
+	_ runtime.Backend     = (*Backend)(nil)
+	_ runtime.Sandbox     = (*sandbox)(nil)
+	_ runtime.Pauser      = (*sandbox)(nil)
+	_ runtime.StatsReader = (*sandbox)(nil)
+)
+
+var (
+	idPattern     = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+	parentPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
+)
+
+// New returns a backend. It fails with errdefs.ErrFailedPrecondition when the
+// host has no usable cgroup hierarchy.
+func New(cfg Config) (*Backend, error) {
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "agentbox"
+	}
+	if !parentPattern.MatchString(cfg.CgroupParent) || cfg.CgroupParent != path.Clean(cfg.CgroupParent) {
+		return nil, fmt.Errorf("cgroup parent %q: %w", cfg.CgroupParent, errdefs.ErrInvalidArgument)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	mode := cgroupMode()
+	if mode == "" {
+		return nil, fmt.Errorf("native backend: no cgroup hierarchy: %w", errdefs.ErrFailedPrecondition)
+	}
+	return &Backend{cgroupParent: cfg.CgroupParent, mode: mode, log: cfg.Logger.With("backend", Name)}, nil
+}
+
+// Capabilities reports what the backend enforces.
+func (b *Backend) Capabilities() runtime.Capabilities {
+	return runtime.Capabilities{
+		Name: Name,
+		Features: []string{
+			runtime.CapUserNamespaces, runtime.CapCgroups, runtime.CapSeccomp,
+			runtime.CapNetworkNone, runtime.CapPause, runtime.CapStats,
+		},
+		CgroupMode: b.mode,
+	}
+}
+
+// cgroupPath is the sandbox's cgroup relative to each hierarchy root.
+func (b *Backend) cgroupPath(id string) string {
+	return "/" + b.cgroupParent + "/" + id
+}
+
+func validateSpec(spec runtime.Spec) error {
+	if !idPattern.MatchString(spec.ID) {
+		return fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	if len(spec.Layers) == 0 {
+		return fmt.Errorf("sandbox %s: no layers: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	paths := append([]string{spec.UpperDir, spec.WorkDir, spec.RunnerDir, spec.SocketPath, spec.StateDir}, spec.Layers...)
+	for _, p := range paths {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("sandbox %s: path %q is not absolute: %w", spec.ID, p, errdefs.ErrInvalidArgument)
+		}
+	}
+	if spec.UIDMap.Size == 0 || spec.GIDMap.Size == 0 {
+		return fmt.Errorf("sandbox %s: empty uid/gid map: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	if spec.UIDMap.HostID == 0 || spec.GIDMap.HostID == 0 {
+		return fmt.Errorf("sandbox %s: sandbox root must not be host root: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Cleanup removes whatever is left of a sandbox from its spec alone: every
+// process in its cgroup, the cgroup, the socket and the state dir.
+// Idempotent.
+func (b *Backend) Cleanup(ctx context.Context, spec runtime.Spec) error {
+	if !idPattern.MatchString(spec.ID) {
+		return fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	var errs []error
+	cg, err := loadCgroup(b.mode, b.cgroupPath(spec.ID))
+	switch {
+	case errdefs.IsNotFound(err):
+	case err != nil:
+		errs = append(errs, err)
+	default:
+		if err := cg.killAll(ctx); err != nil {
+			errs = append(errs, err)
+		} else if err := cg.delete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, removeFiles(spec))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cleaning up sandbox %s: %w", spec.ID, err)
+	}
+	b.log.InfoContext(ctx, "sandbox cleaned up", "sandbox", spec.ID)
+	return nil
+}
+
+// removeFiles removes the socket and the state dir of spec.
+func removeFiles(spec runtime.Spec) error {
+	var errs []error
+	if spec.SocketPath != "" {
+		if err := os.Remove(spec.SocketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if spec.StateDir != "" {
+		if err := os.RemoveAll(spec.StateDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

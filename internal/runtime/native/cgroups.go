@@ -1,0 +1,470 @@
+package native
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+const (
+	cgroupRoot    = "/sys/fs/cgroup"
+	cfsPeriod     = 100000 // µs
+	killRounds    = 100
+	killRoundWait = 20 * time.Millisecond
+)
+
+// cgroupManager is the backend's view of one sandbox cgroup, on either
+// hierarchy version. Implementations are safe for concurrent use only as far
+// as the kernel files are; the sandbox serialises its own calls.
+type cgroupManager interface {
+	// addProc moves pid (and only pid) into the cgroup.
+	addProc(pid int) error
+	// contains reports whether pid is a member of the cgroup.
+	contains(pid int) (bool, error)
+	// procs lists the pids in the cgroup (recursively).
+	procs() ([]int, error)
+	// killAll SIGKILLs every process in the cgroup until it is empty or ctx
+	// ends.
+	killAll(ctx context.Context) error
+	freeze(ctx context.Context) error
+	thaw(ctx context.Context) error
+	stats() (runtime.Stats, error)
+	// delete removes the cgroup directories; it fails while processes remain.
+	delete() error
+	// dirs are the host directories of the cgroup (for leak checks).
+	dirs() []string
+}
+
+// cgroupMode names the host's cgroup layout: "v2" when only the unified
+// hierarchy is mounted, "hybrid" or "v1" otherwise (controllers on v1).
+func cgroupMode() string {
+	switch cgroups.Mode() {
+	case cgroups.Unified:
+		return "v2"
+	case cgroups.Hybrid:
+		return "hybrid"
+	case cgroups.Legacy:
+		return "v1"
+	default:
+		return ""
+	}
+}
+
+// v1Controllers are the v1 hierarchies a sandbox joins. cpuset, devices and
+// others are left alone: they add setup cost and enforce nothing we need.
+var v1Controllers = map[cgroup1.Name]bool{
+	cgroup1.Freezer: true, cgroup1.Pids: true, cgroup1.Cpu: true,
+	cgroup1.Cpuacct: true, cgroup1.Memory: true,
+}
+
+func v1Hierarchy() ([]cgroup1.Subsystem, error) {
+	all, err := cgroup1.Default()
+	if err != nil {
+		return nil, err
+	}
+	var out []cgroup1.Subsystem
+	for _, s := range all {
+		if v1Controllers[s.Name()] {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// newCgroup creates the cgroup at path (relative to the hierarchy roots,
+// e.g. "/agentbox/<id>") with the given limits.
+func newCgroup(mode, path string, res runtime.Resources) (cgroupManager, error) {
+	if mode == "v2" {
+		return newCgroupV2(path, res)
+	}
+	if mode == "" {
+		return nil, fmt.Errorf("no cgroup hierarchy mounted at %s: %w", cgroupRoot, errdefs.ErrFailedPrecondition)
+	}
+	return newCgroupV1(path, res)
+}
+
+// loadCgroup opens an existing cgroup; it wraps errdefs.ErrNotFound when the
+// cgroup does not exist.
+func loadCgroup(mode, path string) (cgroupManager, error) {
+	if mode == "v2" {
+		dir := filepath.Join(cgroupRoot, path)
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("cgroup %s: %w", path, errdefs.ErrNotFound)
+		}
+		m, err := cgroup2.Load(path)
+		if err != nil {
+			return nil, fmt.Errorf("loading cgroup %s: %w", path, err)
+		}
+		return &cgroupV2{m: m, path: path}, nil
+	}
+	cg, err := cgroup1.Load(cgroup1.StaticPath(path), cgroup1.WithHierarchy(v1Hierarchy))
+	if err != nil {
+		if errors.Is(err, cgroup1.ErrCgroupDeleted) || errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("cgroup %s: %w", path, errdefs.ErrNotFound)
+		}
+		return nil, fmt.Errorf("loading cgroup %s: %w", path, err)
+	}
+	return v1FromCgroup(cg, path)
+}
+
+// --- v1 ---
+
+type cgroupV1 struct {
+	cg   cgroup1.Cgroup
+	path string
+	// dir maps controller name to its host directory.
+	dir map[cgroup1.Name]string
+}
+
+func newCgroupV1(path string, res runtime.Resources) (cgroupManager, error) {
+	subs, err := v1Hierarchy()
+	if err != nil {
+		return nil, fmt.Errorf("reading v1 hierarchies: %w", err)
+	}
+	spec := &specs.LinuxResources{}
+	if res.CPUs > 0 {
+		period := uint64(cfsPeriod)
+		quota := int64(res.CPUs * cfsPeriod)
+		spec.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	if res.MemoryBytes > 0 {
+		limit := res.MemoryBytes
+		spec.Memory = &specs.LinuxMemory{Limit: &limit}
+		for _, s := range subs {
+			if s.Name() != cgroup1.Memory {
+				continue
+			}
+			if p, ok := s.(interface{ Path(string) string }); ok {
+				if _, err := os.Stat(filepath.Join(p.Path("/"), "memory.memsw.limit_in_bytes")); err == nil {
+					swap := limit // memory+swap == memory: no swap at all
+					spec.Memory.Swap = &swap
+				}
+			}
+		}
+	}
+	if res.PidsMax > 0 {
+		n := res.PidsMax
+		spec.Pids = &specs.LinuxPids{Limit: &n}
+	}
+	cg, err := cgroup1.New(cgroup1.StaticPath(path), spec, cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subs, nil }))
+	if err != nil {
+		// New may have created some hierarchies before failing.
+		if old, lerr := cgroup1.Load(cgroup1.StaticPath(path), cgroup1.WithHierarchy(v1Hierarchy)); lerr == nil {
+			_ = old.Delete()
+		}
+		return nil, fmt.Errorf("creating v1 cgroup %s: %w", path, err)
+	}
+	return v1FromCgroup(cg, path)
+}
+
+func v1FromCgroup(cg cgroup1.Cgroup, path string) (*cgroupV1, error) {
+	c := &cgroupV1{cg: cg, path: path, dir: map[cgroup1.Name]string{}}
+	for _, s := range cg.Subsystems() {
+		if p, ok := s.(interface{ Path(string) string }); ok {
+			c.dir[s.Name()] = p.Path(path)
+		}
+	}
+	if c.dir[cgroup1.Freezer] == "" {
+		return nil, fmt.Errorf("v1 freezer hierarchy missing: %w", errdefs.ErrFailedPrecondition)
+	}
+	return c, nil
+}
+
+func (c *cgroupV1) addProc(pid int) error {
+	if err := c.cg.AddProc(uint64(pid)); err != nil {
+		return fmt.Errorf("adding pid %d to cgroup %s: %w", pid, c.path, err)
+	}
+	return nil
+}
+
+func (c *cgroupV1) contains(pid int) (bool, error) {
+	return procInCgroup(pid, "freezer", c.path)
+}
+
+func (c *cgroupV1) procs() ([]int, error) {
+	return readProcs(c.dir[cgroup1.Freezer])
+}
+
+func (c *cgroupV1) setFreezer(ctx context.Context, state string) error {
+	file := filepath.Join(c.dir[cgroup1.Freezer], "freezer.state")
+	for {
+		if err := os.WriteFile(file, []byte(state), 0); err != nil {
+			return fmt.Errorf("writing %s: %w", file, err)
+		}
+		cur, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", file, err)
+		}
+		if strings.TrimSpace(string(cur)) == state {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cgroup %s: freezer did not reach %s: %w", c.path, state, errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func (c *cgroupV1) freeze(ctx context.Context) error {
+	if err := c.setFreezer(ctx, "FROZEN"); err != nil {
+		_ = c.setFreezer(context.WithoutCancel(ctx), "THAWED")
+		return err
+	}
+	return nil
+}
+
+func (c *cgroupV1) thaw(ctx context.Context) error { return c.setFreezer(ctx, "THAWED") }
+
+// killAll freezes the cgroup so nothing can fork while we look, SIGKILLs
+// every member, thaws so the signals are delivered, and repeats until the
+// cgroup is empty.
+func (c *cgroupV1) killAll(ctx context.Context) error {
+	for round := 0; ; round++ {
+		pids, err := c.procs()
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if round >= killRounds || ctx.Err() != nil {
+			return fmt.Errorf("cgroup %s still has %d processes: %w", c.path, len(pids), errdefs.ErrDeadlineExceeded)
+		}
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		ferr := c.setFreezer(fctx, "FROZEN")
+		cancel()
+		if pids, err = c.procs(); err == nil {
+			for _, pid := range pids {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+		if err := c.setFreezer(context.WithoutCancel(ctx), "THAWED"); err != nil && ferr == nil {
+			return err
+		}
+		time.Sleep(killRoundWait)
+	}
+}
+
+func (c *cgroupV1) stats() (runtime.Stats, error) {
+	m, err := c.cg.Stat(cgroup1.IgnoreNotExist)
+	if err != nil {
+		return runtime.Stats{}, fmt.Errorf("reading stats of cgroup %s: %w", c.path, err)
+	}
+	var s runtime.Stats
+	if m.GetCPU().GetUsage() != nil {
+		s.CPUTime = time.Duration(m.GetCPU().GetUsage().GetTotal())
+	}
+	if m.GetMemory().GetUsage() != nil {
+		s.MemoryBytes = int64(m.GetMemory().GetUsage().GetUsage())
+	}
+	s.Pids = int64(m.GetPids().GetCurrent())
+	s.OOMKills = int64(m.GetMemoryOomControl().GetOomKill())
+	return s, nil
+}
+
+func (c *cgroupV1) delete() error {
+	if err := c.cg.Delete(); err != nil && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		return fmt.Errorf("deleting cgroup %s: %w", c.path, err)
+	}
+	return nil
+}
+
+func (c *cgroupV1) dirs() []string {
+	var out []string
+	for _, d := range c.dir {
+		out = append(out, d)
+	}
+	return out
+}
+
+// --- v2 ---
+
+type cgroupV2 struct {
+	m    *cgroup2.Manager
+	path string
+}
+
+func newCgroupV2(path string, res runtime.Resources) (cgroupManager, error) {
+	r := &cgroup2.Resources{}
+	if res.CPUs > 0 {
+		period := uint64(cfsPeriod)
+		quota := int64(res.CPUs * cfsPeriod)
+		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)}
+	}
+	if res.MemoryBytes > 0 {
+		limit, zero := res.MemoryBytes, int64(0)
+		r.Memory = &cgroup2.Memory{Max: &limit, Swap: &zero}
+	}
+	if res.PidsMax > 0 {
+		r.Pids = &cgroup2.Pids{Max: res.PidsMax}
+	}
+	m, err := cgroup2.NewManager(cgroupRoot, path, r)
+	if err != nil {
+		return nil, fmt.Errorf("creating v2 cgroup %s: %w", path, err)
+	}
+	return &cgroupV2{m: m, path: path}, nil
+}
+
+func (c *cgroupV2) addProc(pid int) error {
+	if err := c.m.AddProc(uint64(pid)); err != nil {
+		return fmt.Errorf("adding pid %d to cgroup %s: %w", pid, c.path, err)
+	}
+	return nil
+}
+
+func (c *cgroupV2) contains(pid int) (bool, error) { return procInCgroup(pid, "", c.path) }
+
+func (c *cgroupV2) procs() ([]int, error) { return readProcs(filepath.Join(cgroupRoot, c.path)) }
+
+func (c *cgroupV2) setFrozen(ctx context.Context, v string) error {
+	dir := filepath.Join(cgroupRoot, c.path)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte(v), 0); err != nil {
+		return fmt.Errorf("freezing cgroup %s: %w", c.path, err)
+	}
+	want := "frozen " + v
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+		if err != nil {
+			return fmt.Errorf("reading cgroup.events of %s: %w", c.path, err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if line == want {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cgroup %s: freeze state %s not reached: %w", c.path, v, errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func (c *cgroupV2) freeze(ctx context.Context) error {
+	if err := c.setFrozen(ctx, "1"); err != nil {
+		_ = c.setFrozen(context.WithoutCancel(ctx), "0")
+		return err
+	}
+	return nil
+}
+
+func (c *cgroupV2) thaw(ctx context.Context) error { return c.setFrozen(ctx, "0") }
+
+func (c *cgroupV2) killAll(ctx context.Context) error {
+	for round := 0; ; round++ {
+		pids, err := c.procs()
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if round >= killRounds || ctx.Err() != nil {
+			return fmt.Errorf("cgroup %s still has %d processes: %w", c.path, len(pids), errdefs.ErrDeadlineExceeded)
+		}
+		if err := c.m.Kill(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("killing cgroup %s: %w", c.path, err)
+		}
+		time.Sleep(killRoundWait)
+	}
+}
+
+func (c *cgroupV2) stats() (runtime.Stats, error) {
+	m, err := c.m.Stat()
+	if err != nil {
+		return runtime.Stats{}, fmt.Errorf("reading stats of cgroup %s: %w", c.path, err)
+	}
+	return runtime.Stats{
+		CPUTime:     time.Duration(m.GetCPU().GetUsageUsec()) * time.Microsecond,
+		MemoryBytes: int64(m.GetMemory().GetUsage()),
+		Pids:        int64(m.GetPids().GetCurrent()),
+		OOMKills:    int64(m.GetMemoryEvents().GetOomKill()),
+	}, nil
+}
+
+func (c *cgroupV2) delete() error {
+	if err := c.m.Delete(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("deleting cgroup %s: %w", c.path, err)
+	}
+	return nil
+}
+
+func (c *cgroupV2) dirs() []string { return []string{filepath.Join(cgroupRoot, c.path)} }
+
+// --- helpers ---
+
+// readProcs reads cgroup.procs of dir and of every descendant.
+func readProcs(dir string) ([]int, error) {
+	var pids []int
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			return err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, n)
+			}
+		}
+		return nil
+	})
+	return pids, err
+}
+
+// procInCgroup reports whether /proc/<pid>/cgroup places pid at path in the
+// v1 hierarchy holding controller, or in the unified hierarchy when
+// controller is "".
+func procInCgroup(pid int, controller, path string) (bool, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		match := parts[1] == "" && controller == ""
+		if controller != "" {
+			for _, c := range strings.Split(parts[1], ",") {
+				if c == controller {
+					match = true
+				}
+			}
+		}
+		if match {
+			return parts[2] == path, nil
+		}
+	}
+	return false, sc.Err()
+}

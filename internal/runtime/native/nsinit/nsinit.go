@@ -1,0 +1,204 @@
+// Package nsinit is the first stage of the guest, running as PID 1 inside the
+// namespaces the native backend created (user, mount, pid, uts, ipc, net,
+// cgroup). It builds the sandbox's root filesystem from overlay layers,
+// mounts /proc, /sys, /dev and the runner directory at /.agentbox, pivots
+// into it, applies the security posture every later process inherits
+// (capability bounding set, no_new_privs, seccomp) and then hands the
+// listening socket to the guest server.
+//
+// Protocol with the host (package native): fd 3 is the listening unix
+// socket, fd 4 a pipe carrying one JSON Config, fd 5 a pipe on which Main
+// reports "ok" or a JSON SyncMessage with the setup error. Main does not
+// start setup before the config has arrived, which the host writes only
+// after the process is in its cgroup.
+package nsinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// File descriptors the host passes to the guest.
+const (
+	ListenerFD = 3
+	ConfigFD   = 4
+	SyncFD     = 5
+)
+
+// syncOK is what Main writes on SyncFD once setup is complete.
+const syncOK = "ok"
+
+// Config is the setup the host sends on ConfigFD. All paths are host paths.
+type Config struct {
+	Layers    []string `json:"layers"` // overlay lower dirs, top-most first
+	UpperDir  string   `json:"upper_dir"`
+	WorkDir   string   `json:"work_dir"`
+	RunnerDir string   `json:"runner_dir"` // bound read-only at /.agentbox
+	Rootfs    string   `json:"rootfs"`     // empty directory the overlay is mounted on
+	Hostname  string   `json:"hostname"`
+}
+
+// SyncMessage is the failure report written on SyncFD.
+type SyncMessage struct {
+	Error string `json:"error"`
+}
+
+// ReadSync reads the guest's setup report from r until EOF and returns nil
+// when the guest reported success. The report is untrusted; it is only ever
+// quoted in an error message.
+func ReadSync(r io.Reader) error {
+	b, err := io.ReadAll(io.LimitReader(r, 64<<10))
+	if err != nil {
+		return fmt.Errorf("reading guest setup result: %w", err)
+	}
+	if string(b) == syncOK {
+		return nil
+	}
+	if len(b) == 0 {
+		return errors.New("guest exited before reporting setup result")
+	}
+	var m SyncMessage
+	if err := json.Unmarshal(b, &m); err != nil || m.Error == "" {
+		return fmt.Errorf("guest setup failed: unreadable report %q", truncate(string(b), 200))
+	}
+	return fmt.Errorf("guest setup failed: %s", truncate(m.Error, 4096))
+}
+
+// Main runs the setup, then serve with the listener received on fd 3. It
+// never returns: it exits 1 if setup or serve fails. It must be called from
+// the guest binary's main goroutine, built with CGO_ENABLED=0 (the security
+// posture is applied to every thread with syscall.AllThreadsSyscall).
+func Main(serve func(ln net.Listener) error) {
+	ln, err := setup()
+	if err != nil {
+		report(err)
+		os.Exit(1)
+	}
+	if err := serve(ln); err != nil {
+		fmt.Fprintf(os.Stderr, "agentbox guest: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func report(setupErr error) {
+	fmt.Fprintf(os.Stderr, "agentbox guest init: %v\n", setupErr)
+	b, _ := json.Marshal(SyncMessage{Error: setupErr.Error()})
+	_, _ = unix.Write(SyncFD, b)
+	_ = unix.Close(SyncFD)
+}
+
+func setup() (net.Listener, error) {
+	// Anything beyond our protocol fds was leaked by the host: drop it
+	// before touching the filesystem.
+	closeExtraFDs(map[int]bool{ListenerFD: true, ConfigFD: true, SyncFD: true})
+
+	cfg, err := readConfig()
+	if err != nil {
+		return nil, err
+	}
+	// The host has placed us in the sandbox cgroup by now; a fresh cgroup
+	// namespace makes that cgroup the root of what the sandbox sees. unshare
+	// is per thread, so it runs on every thread of this process.
+	if _, _, errno := syscallAllThreads(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); errno != 0 {
+		return nil, &SyscallError{Op: "unshare", Target: "CLONE_NEWCGROUP", Err: errno}
+	}
+	if err := setupRootfs(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Hostname != "" {
+		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+			return nil, &SyscallError{Op: "sethostname", Target: cfg.Hostname, Err: err}
+		}
+	}
+	if err := loopbackUp(); err != nil {
+		return nil, err
+	}
+	if err := pivotRoot(cfg.Rootfs); err != nil {
+		return nil, err
+	}
+	if err := applySecurity(); err != nil {
+		return nil, err
+	}
+
+	lf := os.NewFile(ListenerFD, "listener")
+	ln, err := net.FileListener(lf)
+	lf.Close()
+	if err != nil {
+		return nil, fmt.Errorf("listener on fd %d: %w", ListenerFD, err)
+	}
+	keep := map[int]bool{SyncFD: true}
+	fd, err := listenerFD(ln)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	keep[fd] = true
+	closeExtraFDs(keep)
+
+	if _, err := unix.Write(SyncFD, []byte(syncOK)); err != nil {
+		ln.Close()
+		return nil, &SyscallError{Op: "write", Target: "sync fd", Err: err}
+	}
+	_ = unix.Close(SyncFD)
+	return ln, nil
+}
+
+func readConfig() (*Config, error) {
+	f := os.NewFile(ConfigFD, "config")
+	defer f.Close()
+	var cfg Config
+	if err := json.NewDecoder(io.LimitReader(f, 1<<20)).Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("reading config from fd %d: %w", ConfigFD, err)
+	}
+	if cfg.Rootfs == "" || len(cfg.Layers) == 0 || cfg.UpperDir == "" || cfg.WorkDir == "" || cfg.RunnerDir == "" {
+		return nil, errors.New("config: rootfs, layers, upper_dir, work_dir and runner_dir are required")
+	}
+	return &cfg, nil
+}
+
+// listenerFD returns the descriptor number behind ln.
+func listenerFD(ln net.Listener) (int, error) {
+	ul, ok := ln.(*net.UnixListener)
+	if !ok {
+		return -1, fmt.Errorf("listener is %T, not a unix listener", ln)
+	}
+	rc, err := ul.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// closeExtraFDs closes every fd above 2 not in keep. Descriptors of the Go
+// runtime itself (epoll, eventfd, pidfd: anonymous inodes) are left alone;
+// they are close-on-exec and never reach a sandbox process.
+func closeExtraFDs(keep map[int]bool) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 || keep[fd] {
+			continue
+		}
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil || strings.HasPrefix(target, "anon_inode:") {
+			continue // the fd of ReadDir itself is gone by now, or runtime-owned
+		}
+		_ = unix.Close(fd)
+	}
+}

@@ -1,0 +1,126 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+// destroyWaitTimeout bounds how long Destroy waits for the guest to be gone
+// after its cgroup was emptied, when ctx has no earlier deadline.
+const destroyWaitTimeout = 10 * time.Second
+
+// sandbox is a created or recovered native sandbox.
+type sandbox struct {
+	spec runtime.Spec
+	st   state
+	cg   cgroupManager
+	done <-chan struct{} // closed when the guest has exited
+	log  *slog.Logger
+
+	// mu serialises Destroy, Pause and Resume, and guards destroyed.
+	mu        sync.Mutex
+	destroyed bool
+}
+
+func newSandbox(b *Backend, spec runtime.Spec, cg cgroupManager, st state, done <-chan struct{}) *sandbox {
+	return &sandbox{spec: spec, st: st, cg: cg, done: done, log: b.log.With("sandbox", spec.ID)}
+}
+
+func (s *sandbox) ID() string            { return s.spec.ID }
+func (s *sandbox) SocketPath() string    { return s.spec.SocketPath }
+func (s *sandbox) Wait() <-chan struct{} { return s.done }
+
+// State returns {pid, start_time, cgroup} as JSON.
+func (s *sandbox) State() []byte {
+	b, _ := json.Marshal(s.st)
+	return b
+}
+
+// Status is running until the guest (PID 1 of the sandbox) has exited.
+func (s *sandbox) Status(ctx context.Context) (runtime.Status, error) {
+	select {
+	case <-s.done:
+		return runtime.StatusStopped, nil
+	default:
+		return runtime.StatusRunning, nil
+	}
+}
+
+// Destroy kills every process in the sandbox's cgroup (escaped session
+// leaders and double forks stay in the cgroup), waits for the guest to be
+// gone, and removes the cgroup, socket and state dir. The mounts lived only
+// in the sandbox's mount namespace, which dies with its last process.
+func (s *sandbox) Destroy(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return nil
+	}
+	if err := s.cg.killAll(ctx); err != nil {
+		return fmt.Errorf("destroying sandbox %s: %w", s.spec.ID, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, destroyWaitTimeout)
+	defer cancel()
+	select {
+	case <-s.done:
+	case <-wctx.Done():
+		return fmt.Errorf("destroying sandbox %s: guest pid %d did not exit: %w", s.spec.ID, s.st.Pid, errdefs.ErrDeadlineExceeded)
+	}
+	if err := s.cg.delete(); err != nil {
+		return fmt.Errorf("destroying sandbox %s: %w", s.spec.ID, err)
+	}
+	if err := removeFiles(s.spec); err != nil {
+		return fmt.Errorf("destroying sandbox %s: %w", s.spec.ID, err)
+	}
+	s.destroyed = true
+	s.log.InfoContext(ctx, "sandbox destroyed")
+	return nil
+}
+
+// Pause freezes every process of the sandbox.
+func (s *sandbox) Pause(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return fmt.Errorf("pausing sandbox %s: destroyed: %w", s.spec.ID, errdefs.ErrNotFound)
+	}
+	if err := s.cg.freeze(ctx); err != nil {
+		return fmt.Errorf("pausing sandbox %s: %w", s.spec.ID, err)
+	}
+	return nil
+}
+
+// Resume thaws a paused sandbox.
+func (s *sandbox) Resume(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return fmt.Errorf("resuming sandbox %s: destroyed: %w", s.spec.ID, errdefs.ErrNotFound)
+	}
+	if err := s.cg.thaw(ctx); err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", s.spec.ID, err)
+	}
+	return nil
+}
+
+// Stats reads the cgroup's counters.
+func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
+	st, err := s.cg.stats()
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return runtime.Stats{}, fmt.Errorf("sandbox %s: %w", s.spec.ID, errdefs.ErrNotFound)
+		}
+		return runtime.Stats{}, err
+	}
+	return st, nil
+}

@@ -1,0 +1,286 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
+)
+
+const (
+	// setupTimeout bounds guest setup when ctx has no deadline.
+	setupTimeout = 30 * time.Second
+	// teardownTimeout bounds the teardown of a failed Create.
+	teardownTimeout = 10 * time.Second
+	guestLogName    = "guest.log"
+	rootfsName      = "rootfs"
+	// guestPath is the only environment the guest starts with.
+	guestPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+
+// Create starts the sandbox's guest and returns once it reported that setup
+// succeeded (the socket then accepts connections). On error everything it
+// made is removed again: processes, cgroup, socket, and the state dir's
+// contents (the dir itself too, if Create made it).
+func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbox, retErr error) {
+	if err := validateSpec(spec); err != nil {
+		return nil, err
+	}
+	log := b.log.With("sandbox", spec.ID)
+	start := time.Now()
+	var undo cleanupStack
+	defer undo.run()
+	teardownCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	}
+
+	cgPath := b.cgroupPath(spec.ID)
+	if _, err := loadCgroup(b.mode, cgPath); err == nil {
+		return nil, fmt.Errorf("creating sandbox %s: cgroup %s exists: %w", spec.ID, cgPath, errdefs.ErrAlreadyExists)
+	}
+	cg, err := newCgroup(b.mode, cgPath, spec.Resources)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	undo.add(func() {
+		tctx, cancel := teardownCtx()
+		defer cancel()
+		if err := cg.killAll(tctx); err != nil {
+			log.Warn("teardown: killing cgroup", "err", err)
+		}
+		if err := cg.delete(); err != nil {
+			log.Warn("teardown: deleting cgroup", "err", err)
+		}
+	})
+
+	if err := prepareStateDir(spec, &undo); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	lnFile, err := listen(spec.SocketPath)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	undo.add(func() { _ = os.Remove(spec.SocketPath) })
+	defer lnFile.Close()
+
+	g, err := startGuest(b.mode, spec, cg, lnFile)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	undo.add(func() {
+		_ = unix.Kill(g.pid, unix.SIGKILL)
+		select {
+		case <-g.done:
+		case <-time.After(teardownTimeout):
+			log.Warn("teardown: guest did not exit", "pid", g.pid)
+		}
+	})
+
+	if b.mode != "v2" { // on v2 the guest was born in its cgroup
+		if err := cg.addProc(g.pid); err != nil {
+			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+		}
+	}
+	// Only now may the guest start setup: it blocks reading its config.
+	if err := g.sendConfig(spec); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: sending guest config: %w", spec.ID, err)
+	}
+	if err := g.waitReady(ctx); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	st, err := procStartTime(g.pid)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: guest pid %d: %w", spec.ID, g.pid, err)
+	}
+	undo.release()
+	log.InfoContext(ctx, "sandbox created", "pid", g.pid, "cgroup", cgPath, "took", time.Since(start))
+	return newSandbox(b, spec, cg, state{Pid: g.pid, StartTime: st, Cgroup: cgPath}, g.done), nil
+}
+
+// prepareStateDir makes spec.StateDir traversable by the sandbox's root
+// (the guest mounts the overlay on StateDir/rootfs from inside its user
+// namespace) and creates the mount point and the guest log.
+func prepareStateDir(spec runtime.Spec, undo *cleanupStack) error {
+	if _, err := os.Stat(spec.StateDir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(spec.StateDir, 0o711); err != nil {
+			return fmt.Errorf("creating state dir: %w", err)
+		}
+		undo.add(func() { _ = os.RemoveAll(spec.StateDir) })
+	} else if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.Chmod(spec.StateDir, 0o711); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	rootfs := filepath.Join(spec.StateDir, rootfsName)
+	if err := os.Mkdir(rootfs, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating rootfs mount point: %w", err)
+	}
+	undo.add(func() { _ = os.Remove(rootfs) })
+	undo.add(func() { _ = os.Remove(filepath.Join(spec.StateDir, guestLogName)) })
+	return nil
+}
+
+// listen creates the guest's listening socket at path (in a root-only
+// directory) and returns it as a file to pass to the guest.
+func listen(path string) (*os.File, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating socket dir: %w", err)
+	}
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && fi.Mode()&os.ModeSocket != 0:
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket: %w", err)
+		}
+	case err == nil:
+		return nil, fmt.Errorf("socket path %s exists and is not a socket: %w", path, errdefs.ErrAlreadyExists)
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("socket path: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(false)
+	defer ln.Close()
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("socket permissions: %w", err)
+	}
+	f, err := ln.File()
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("socket file: %w", err)
+	}
+	return f, nil
+}
+
+// guestProc is a started guest before it is ready.
+type guestProc struct {
+	pid   int
+	cfgW  *os.File // config pipe, parent end
+	syncR *os.File // sync pipe, parent end
+	done  chan struct{}
+}
+
+// startGuest starts the runner binary in new namespaces with the protocol
+// fds of package nsinit, and reaps it in the background.
+func startGuest(mode string, spec runtime.Spec, cg cgroupManager, lnFile *os.File) (*guestProc, error) {
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer cfgR.Close()
+	syncR, syncW, err := os.Pipe()
+	if err != nil {
+		cfgW.Close()
+		return nil, err
+	}
+	defer syncW.Close()
+	closeParent := func() { cfgW.Close(); syncR.Close() }
+
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		closeParent()
+		return nil, err
+	}
+	defer devnull.Close()
+	logFile, err := os.OpenFile(filepath.Join(spec.StateDir, guestLogName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		closeParent()
+		return nil, fmt.Errorf("guest log: %w", err)
+	}
+	defer logFile.Close()
+
+	attr := &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+			unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUSER,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.UIDMap.HostID), Size: int(spec.UIDMap.Size)}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.GIDMap.HostID), Size: int(spec.GIDMap.Size)}},
+		GidMappingsEnableSetgroups: true,
+		Setsid:                     true,
+		// No Pdeathsig: a sandbox survives its daemon's restart.
+	}
+	if mode == "v2" {
+		dirs := cg.dirs()
+		cgfd, err := unix.Open(dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			closeParent()
+			return nil, fmt.Errorf("opening cgroup dir: %w", err)
+		}
+		defer unix.Close(cgfd)
+		attr.UseCgroupFD = true
+		attr.CgroupFD = cgfd
+	}
+	cmd := &exec.Cmd{
+		Path:        filepath.Join(spec.RunnerDir, "agentbox"),
+		Args:        []string{"agentbox", "guest", "init"},
+		Env:         []string{guestPath},
+		Dir:         "/",
+		Stdin:       devnull,
+		Stdout:      logFile,
+		Stderr:      logFile,
+		ExtraFiles:  []*os.File{lnFile, cfgR, syncW}, // fds 3, 4, 5
+		SysProcAttr: attr,
+	}
+	if err := cmd.Start(); err != nil {
+		closeParent()
+		return nil, fmt.Errorf("starting guest %s: %w", cmd.Path, err)
+	}
+	g := &guestProc{pid: cmd.Process.Pid, cfgW: cfgW, syncR: syncR, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(g.done)
+	}()
+	return g, nil
+}
+
+func (g *guestProc) sendConfig(spec runtime.Spec) error {
+	defer g.cfgW.Close()
+	cfg := nsinit.Config{
+		Layers:    spec.Layers,
+		UpperDir:  spec.UpperDir,
+		WorkDir:   spec.WorkDir,
+		RunnerDir: spec.RunnerDir,
+		Rootfs:    filepath.Join(spec.StateDir, rootfsName),
+		Hostname:  spec.Hostname,
+	}
+	return json.NewEncoder(g.cfgW).Encode(cfg)
+}
+
+// waitReady waits for the guest's setup report, bounded by ctx (or
+// setupTimeout without a deadline).
+func (g *guestProc) waitReady(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, setupTimeout)
+		defer cancel()
+	}
+	res := make(chan error, 1)
+	go func() { res <- nsinit.ReadSync(g.syncR) }()
+	defer g.syncR.Close()
+	select {
+	case err := <-res:
+		if err != nil {
+			return fmt.Errorf("%w: %w", err, errdefs.ErrInternal)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = g.syncR.SetReadDeadline(time.Now())
+		return fmt.Errorf("waiting for guest setup: %w", errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
+	}
+}
