@@ -20,6 +20,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -64,7 +65,8 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = "agentbox"
 	}
-	if !parentPattern.MatchString(cfg.CgroupParent) || cfg.CgroupParent != path.Clean(cfg.CgroupParent) {
+	if !parentPattern.MatchString(cfg.CgroupParent) || cfg.CgroupParent != path.Clean(cfg.CgroupParent) ||
+		strings.HasPrefix(cfg.CgroupParent, "..") || strings.Contains(cfg.CgroupParent, "/..") {
 		return nil, fmt.Errorf("cgroup parent %q: %w", cfg.CgroupParent, errdefs.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {

@@ -213,6 +213,9 @@ func startGuest(mode string, spec runtime.Spec, cg cgroupManager, lnFile *os.Fil
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.GIDMap.HostID), Size: int(spec.GIDMap.Size)}},
 		GidMappingsEnableSetgroups: true,
 		Setsid:                     true,
+		// Become root of the new user namespace, so execve keeps the
+		// namespace's full capability set for nsinit's setup.
+		Credential: &syscall.Credential{Uid: 0, Gid: 0},
 		// No Pdeathsig: a sandbox survives its daemon's restart.
 	}
 	if mode == "v2" {

@@ -107,7 +107,8 @@ func setup() (net.Listener, error) {
 	}
 	// The host has placed us in the sandbox cgroup by now; a fresh cgroup
 	// namespace makes that cgroup the root of what the sandbox sees. unshare
-	// is per thread, so it runs on every thread of this process.
+	// is per thread, so it runs on every thread of this process (each gets
+	// an equivalent namespace rooted at the same cgroup).
 	if _, _, errno := syscallAllThreads(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); errno != 0 {
 		return nil, &SyscallError{Op: "unshare", Target: "CLONE_NEWCGROUP", Err: errno}
 	}
