@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	"github.com/agentbox/agentbox/api"
+	agentbox "github.com/agentbox/agentbox/sdk/go"
+)
+
+// execFlags are the flags of a command run in a sandbox (exec, run).
+type execFlags struct {
+	interactive bool
+	tty         bool
+	env         []string
+	cwd         string
+	user        string
+	timeout     time.Duration
+	detach      bool
+}
+
+func (f *execFlags) request(argv []string) (api.ExecRequest, error) {
+	env, err := parseKV("--env", f.env)
+	if err != nil {
+		return api.ExecRequest{}, err
+	}
+	if f.timeout < 0 {
+		return api.ExecRequest{}, fmt.Errorf("--timeout must not be negative")
+	}
+	return api.ExecRequest{Cmd: argv, Env: env, Cwd: f.cwd, User: f.user, TimeoutSeconds: f.timeout.Seconds()}, nil
+}
+
+func execCmd(g *globals) *cobra.Command {
+	var ef execFlags
+	cmd := &cobra.Command{
+		Use:   "exec [flags] ID [--] CMD [ARG...]",
+		Short: "Run a command in a sandbox and exit with its status",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req, err := ef.request(args[1:])
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			sb := c.Sandbox(args[0])
+			if ef.detach {
+				if ef.tty || ef.interactive {
+					return errors.New("--detach cannot be combined with -i or -t")
+				}
+				p, err := sb.Start(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(cmd.OutOrStdout(), p.Info())
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), p.Pid())
+				return nil
+			}
+			return runInteractive(cmd.Context(), cmd, sb, req, ef.interactive, ef.tty)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&ef.interactive, "interactive", "i", false, "stream local stdin to the command")
+	f.BoolVarP(&ef.tty, "tty", "t", false, "allocate a pseudo-terminal")
+	f.StringArrayVarP(&ef.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringVarP(&ef.cwd, "cwd", "w", "", "working directory inside the sandbox")
+	f.StringVarP(&ef.user, "user", "u", "", "user (name or uid[:gid]) inside the sandbox")
+	f.DurationVar(&ef.timeout, "timeout", 0, "kill the command after this long, e.g. 30s")
+	f.BoolVarP(&ef.detach, "detach", "d", false, "run in the background and print the pid")
+	f.SetInterspersed(false) // flags after ID belong to CMD
+	return cmd
+}
+
+func shellCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "shell ID",
+		Short: "Open an interactive shell in a sandbox (bash if present, else sh)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			sb := c.Sandbox(args[0])
+			shell := "/bin/sh"
+			if fi, err := sb.Stat(cmd.Context(), "/bin/bash"); err == nil && fi.Type != api.FileTypeDir {
+				shell = "/bin/bash"
+			} else if err != nil && !agentbox.IsNotFound(err) {
+				return err
+			}
+			return runInteractive(cmd.Context(), cmd, sb, api.ExecRequest{Cmd: []string{shell}}, true, true)
+		},
+	}
+}
+
+func attachCmd(g *globals) *cobra.Command {
+	var noReplay bool
+	cmd := &cobra.Command{
+		Use:   "attach ID PID",
+		Short: "Follow the output of a process until it exits, and exit with its status",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := strconv.Atoi(args[1])
+			if err != nil {
+				return fmt.Errorf("invalid pid %q", args[1])
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Sandbox(args[0]).Attach(cmd.Context(), pid, !noReplay,
+				agentbox.Streams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
+			return finish(cmd, res, err)
+		},
+	}
+	cmd.Flags().BoolVar(&noReplay, "no-replay", false, "do not print output produced before attaching")
+	return cmd
+}
+
+func killCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kill ID PID [SIGNAL]",
+		Short: "Send a signal (default TERM) to a process in a sandbox",
+		Args:  cobra.RangeArgs(2, 3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := strconv.Atoi(args[1])
+			if err != nil {
+				return fmt.Errorf("invalid pid %q", args[1])
+			}
+			sig := "TERM"
+			if len(args) == 3 {
+				sig = strings.TrimPrefix(strings.ToUpper(args[2]), "SIG")
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			return c.Sandbox(args[0]).Process(pid).Signal(cmd.Context(), sig)
+		},
+	}
+}
+
+func psCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ps ID",
+		Short: "List the processes started in a sandbox",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			procs, err := c.Sandbox(args[0]).Processes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				if procs == nil {
+					procs = []api.Process{}
+				}
+				return printJSON(cmd.OutOrStdout(), procs)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
+			fmt.Fprintln(tw, "PID\tTTY\tSTATUS\tSTARTED\tCMD")
+			for _, p := range procs {
+				status := "running"
+				if !p.Running {
+					status = "exited"
+					if p.ExitCode != nil {
+						status = fmt.Sprintf("exited (%d)", *p.ExitCode)
+					}
+				}
+				tty := "-"
+				if p.TTY {
+					tty = "yes"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s ago\t%s\n", p.Pid, tty, status,
+					humanDuration(time.Since(p.StartedAt)), strings.Join(p.Cmd, " "))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// runInteractive runs req in sb with the command's streams wired to the
+// CLI's: output streamed, stdin streamed when interactive, a pseudo-terminal
+// (local terminal in raw mode, window size changes forwarded) with tty, and
+// otherwise SIGINT/SIGTERM/SIGHUP forwarded to the process (the third one
+// gives up waiting). It returns exitStatus for a non-zero exit.
+func runInteractive(ctx context.Context, cmd *cobra.Command, sb *agentbox.Sandbox, req api.ExecRequest, interactive, tty bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in, out := cmd.InOrStdin(), cmd.OutOrStdout()
+	inFd, inTerm := terminalFd(in)
+	outFd, outTerm := terminalFd(out)
+
+	if tty {
+		size := api.TTY{Rows: 24, Cols: 80}
+		if outTerm {
+			if w, h, err := term.GetSize(outFd); err == nil {
+				size = api.TTY{Rows: uint16(h), Cols: uint16(w)}
+			}
+		}
+		req.TTY = &size
+		if interactive && inTerm {
+			old, err := term.MakeRaw(inFd)
+			if err != nil {
+				return fmt.Errorf("putting the terminal in raw mode: %w", err)
+			}
+			defer term.Restore(inFd, old)
+		}
+	}
+	req.StdinOpen = interactive
+
+	sigs := make(chan os.Signal, 4)
+	if tty && outTerm {
+		signal.Notify(sigs, syscall.SIGWINCH)
+	} else if !tty {
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	}
+	defer signal.Stop(sigs)
+
+	started := func(p *agentbox.Process) {
+		if interactive {
+			go func() {
+				// The upload ends at local EOF or when the command exits (ctx).
+				_ = p.WriteStdin(ctx, in, true)
+			}()
+		}
+		go forwardSignals(ctx, cancel, p, sigs, outFd)
+	}
+	res, err := sb.Exec(ctx, req, agentbox.Streams{Stdout: out, Stderr: cmd.ErrOrStderr(), Started: started})
+	if tty && interactive && inTerm {
+		// Raw mode turned "\n" into a bare line feed; end on a fresh line.
+		fmt.Fprint(out, "\r")
+	}
+	return finish(cmd, res, err)
+}
+
+func forwardSignals(ctx context.Context, cancel context.CancelFunc, p *agentbox.Process, sigs <-chan os.Signal, outFd int) {
+	interrupts := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-sigs:
+			if s == syscall.SIGWINCH {
+				if w, h, err := term.GetSize(outFd); err == nil {
+					_ = p.Resize(ctx, uint16(h), uint16(w))
+				}
+				continue
+			}
+			if interrupts++; interrupts >= 3 {
+				cancel() // the process ignores us; stop waiting
+				return
+			}
+			_ = p.Signal(ctx, strings.TrimPrefix(unix.SignalName(s.(syscall.Signal)), "SIG"))
+		}
+	}
+}
+
+// finish turns the end of a command into the CLI's result: nil for status
+// 0, exitStatus otherwise (128+N when killed by signal N).
+func finish(cmd *cobra.Command, res *agentbox.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	if res.TimedOut {
+		fmt.Fprintln(cmd.ErrOrStderr(), "agentbox: command timed out and was killed")
+	}
+	code := res.ExitCode
+	if code < 0 {
+		code = 128 + int(unix.SignalNum("SIG"+res.Signal))
+		if res.Signal == "" || code == 128 {
+			code = 137
+		}
+	}
+	if code == 0 {
+		return nil
+	}
+	return exitStatus(code)
+}
+
+// terminalFd reports the descriptor of s and whether it is a terminal.
+func terminalFd(s any) (int, bool) {
+	f, ok := s.(interface{ Fd() uintptr })
+	if !ok {
+		return -1, false
+	}
+	fd := int(f.Fd())
+	return fd, term.IsTerminal(fd)
+}
+
