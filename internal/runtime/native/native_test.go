@@ -1,7 +1,7 @@
 package native
 
 import (
-	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +19,9 @@ const testCgroupParent = "agentbox-test"
 func TestMain(m *testing.M) {
 	code := m.Run()
 	runtimetest.RemoveBuildCache()
+	if layerDir != "" {
+		os.RemoveAll(layerDir)
+	}
 	os.Exit(code)
 }
 
@@ -30,6 +33,17 @@ var (
 // fixture returns the conformance fixture; the busybox layer is shared by
 // every test of the package (it is only ever a read-only lower dir).
 func fixture(t *testing.T) runtimetest.Fixture {
+	t.Helper()
+	return runtimetest.Fixture{
+		NewBackend: newTestBackend,
+		Layer:      sharedLayer(t),
+		RunnerDir:  runtimetest.RunnerDir(t),
+		Limits:     readLimits,
+		Leftovers:  leftovers,
+	}
+}
+
+func sharedLayer(t testing.TB) string {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	layerOnce.Do(func() {
@@ -48,17 +62,13 @@ func fixture(t *testing.T) runtimetest.Fixture {
 			t.Fatal(err)
 		}
 	}
-	return runtimetest.Fixture{
-		NewBackend: newTestBackend,
-		Layer:      layer,
-		RunnerDir:  runtimetest.RunnerDir(t),
-		Limits:     readLimits,
-		Leftovers:  leftovers,
-	}
+	return layer
 }
 
-func newTestBackend(t *testing.T) runtime.Backend {
-	b, err := New(Config{CgroupParent: testCgroupParent})
+func newTestBackend(t *testing.T) runtime.Backend { return newBackendTB(t) }
+
+func newBackendTB(t testing.TB) *Backend {
+	b, err := New(Config{CgroupParent: testCgroupParent, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,11 +170,4 @@ func TestProcStartTime(t *testing.T) {
 	if _, err := procStartTime(1 << 30); err == nil {
 		t.Error("procStartTime of a missing pid succeeded")
 	}
-}
-
-func BenchmarkCreateDestroy(b *testing.B) {
-	t := &testing.T{}
-	_ = t
-	b.Skip("see benchmark in bench_test.go")
-	_ = context.Background()
 }

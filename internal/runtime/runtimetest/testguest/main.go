@@ -13,6 +13,7 @@ import (
 	"net"
 	"os/exec"
 	"strings"
+	"syscall"
 
 	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 )
@@ -46,6 +47,9 @@ func handle(c net.Conn) {
 	switch {
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal()) // as a shell reports it
+		}
 	case err != nil:
 		out = append(out, []byte(err.Error())...)
 		code = 127
