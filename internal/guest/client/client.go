@@ -241,6 +241,9 @@ func (c *Client) Version(ctx context.Context) (string, error) {
 	if len(rep.Version) > 256 {
 		return "", protoErr("version string of %d bytes", len(rep.Version))
 	}
+	if rep.Protocol <= 0 {
+		return "", protoErr("version reply without protocol")
+	}
 	if rep.Protocol != proto.Version {
 		return "", fmt.Errorf("guest speaks protocol %d, want %d: %w", rep.Protocol, proto.Version, errdefs.ErrFailedPrecondition)
 	}
