@@ -311,8 +311,8 @@ func newCgroupV2(path string, res runtime.Resources) (cgroupManager, error) {
 		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)}
 	}
 	if res.MemoryBytes > 0 {
-		limit, zero := res.MemoryBytes, int64(0)
-		r.Memory = &cgroup2.Memory{Max: &limit, Swap: &zero}
+		limit := res.MemoryBytes
+		r.Memory = &cgroup2.Memory{Max: &limit}
 	}
 	if res.PidsMax > 0 {
 		r.Pids = &cgroup2.Pids{Max: res.PidsMax}
@@ -321,7 +321,19 @@ func newCgroupV2(path string, res runtime.Resources) (cgroupManager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating v2 cgroup %s: %w", path, err)
 	}
-	return &cgroupV2{m: m, path: path}, nil
+	c := &cgroupV2{m: m, path: path}
+	// No swap: written only where the kernel accounts swap (the file is
+	// missing otherwise, and then there is no swap to escape to).
+	if res.MemoryBytes > 0 {
+		swapMax := filepath.Join(cgroupRoot, path, "memory.swap.max")
+		if _, err := os.Stat(swapMax); err == nil {
+			if err := os.WriteFile(swapMax, []byte("0"), 0); err != nil {
+				_ = c.delete()
+				return nil, fmt.Errorf("disabling swap of cgroup %s: %w", path, err)
+			}
+		}
+	}
+	return c, nil
 }
 
 func (c *cgroupV2) addProc(pid int) error {

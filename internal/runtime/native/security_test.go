@@ -254,3 +254,33 @@ func processesInUserNS(t *testing.T, ns string) []string {
 	}
 	return out
 }
+
+// TestPlantedSymlinksRefused: an upper dir kept from an earlier run may hold
+// symlinks the sandbox planted at mount targets; setup must refuse them
+// rather than mount over host paths.
+func TestPlantedSymlinksRefused(t *testing.T) {
+	testutil.Short(t)
+	f := fixture(t)
+	b := newTestBackend(t)
+	for _, target := range []string{"proc", "dev", ".agentbox", "sys"} {
+		t.Run(target, func(t *testing.T) {
+			spec := runtimetest.NewSpec(t, runtimetest.NewID("sym"), f.Layer, f.RunnerDir)
+			link := filepath.Join(spec.UpperDir, target)
+			if err := os.Symlink("/etc", link); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Lchown(link, int(runtimetest.TestIDMap.HostID), int(runtimetest.TestIDMap.HostID)); err != nil {
+				t.Fatal(err)
+			}
+			sb, err := b.Create(context.Background(), spec)
+			if err == nil {
+				sb.Destroy(context.Background())
+				t.Fatalf("Create with planted symlink %s succeeded", target)
+			}
+			if !strings.Contains(err.Error(), "openat2") {
+				t.Errorf("error does not come from the safe lookup: %v", err)
+			}
+			runtimetest.AssertGone(t, runtimetest.Fixture{Leftovers: leftovers}, nil, spec)
+		})
+	}
+}
