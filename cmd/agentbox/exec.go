@@ -49,7 +49,14 @@ func execCmd(g *globals) *cobra.Command {
 		Short: "Run a command in a sandbox and exit with its status",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req, err := ef.request(args[1:])
+			argv := args[1:]
+			if argv[0] == "--" { // kept as an argument: flag parsing stopped at ID
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return errors.New("exec needs a command after the sandbox id")
+			}
+			req, err := ef.request(argv)
 			if err != nil {
 				return err
 			}

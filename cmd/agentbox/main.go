@@ -28,6 +28,10 @@ var startEmbedded func(ctx context.Context) (host string, stop func(), err error
 // (serve.go, guest.go) register into it from init().
 var extraCommands []func() *cobra.Command
 
+// defaultHost is the daemon address when neither --host nor AGENTBOX_HOST
+// is set (a variable so tests can point it elsewhere).
+var defaultHost = agentbox.DefaultHost
+
 // exitAgentbox is the status for agentbox's own errors (as docker uses it).
 const exitAgentbox = 125
 
@@ -99,7 +103,7 @@ func rootCmd() *cobra.Command {
 	}
 	defHost := os.Getenv(agentbox.EnvHost)
 	if defHost == "" {
-		defHost = agentbox.DefaultHost
+		defHost = defaultHost
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.host, "host", defHost, "daemon address: unix:///path.sock or http(s)://host:port (env "+agentbox.EnvHost+")")

@@ -174,6 +174,12 @@ sandbox is always deleted at the end.`,
 			if err != nil {
 				return err
 			}
+			if argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return errors.New("run needs a command")
+			}
 			req, err := ef.request(argv)
 			if err != nil {
 				return err
