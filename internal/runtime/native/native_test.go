@@ -124,8 +124,10 @@ func readLimits(t *testing.T, sb runtime.Sandbox) runtime.Resources {
 		p, _ := strconv.ParseFloat(f[1], 64)
 		r.CPUs = q / p
 		r.MemoryBytes = readInt(t, filepath.Join(dir, "memory.max"))
-		if sw := readInt(t, filepath.Join(dir, "memory.swap.max")); sw != 0 {
-			t.Errorf("memory.swap.max = %d, want 0", sw)
+		if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err == nil {
+			if sw := readInt(t, filepath.Join(dir, "memory.swap.max")); sw != 0 {
+				t.Errorf("memory.swap.max = %d, want 0", sw)
+			}
 		}
 		r.PidsMax = readInt(t, filepath.Join(dir, "pids.max"))
 	}
