@@ -194,6 +194,10 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return nil, fmt.Errorf("agentbox: %s %s: %w", r.method, r.path, ctxErr)
 		}
+		var ue *url.Error // its text repeats the method and URL: keep the cause
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, &ConnectionError{Host: c.host, Op: r.method + " " + r.path, Err: err}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
