@@ -116,7 +116,9 @@ func (p *process) onExit(ws syscall.WaitStatus) {
 func (p *process) pump(f *os.File, stream proto.FrameType) {
 	defer p.pumps.Done()
 	defer f.Close()
-	buf := make([]byte, 32<<10)
+	bp := pumpBufs.Get().(*[]byte)
+	defer pumpBufs.Put(bp)
+	buf := *bp
 	var subs []*subscriber
 	for {
 		n, err := f.Read(buf)
@@ -141,6 +143,8 @@ func (p *process) pump(f *os.File, stream proto.FrameType) {
 		}
 	}
 }
+
+var pumpBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // finish waits for the exit status and the output, then marks p done.
 func (p *process) finish(t *table) {

@@ -173,7 +173,7 @@ func (c *conn) reply(v any) error {
 
 func (s *server) handle(nc net.Conn) {
 	defer nc.Close()
-	c := &conn{Conn: nc, br: bufio.NewReaderSize(nc, 64<<10), bw: bufio.NewWriterSize(nc, 64<<10)}
+	c := &conn{Conn: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10)}
 	_ = nc.SetReadDeadline(time.Now().Add(headerTimeout))
 	req, err := proto.ReadRequest(c.br)
 	if err != nil {

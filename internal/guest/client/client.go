@@ -81,7 +81,7 @@ func (c *Client) open(ctx context.Context, req *proto.Request) (*wire, error) {
 		}
 		return nil, fmt.Errorf("connecting to guest: %v: %w", err, errdefs.ErrUnavailable)
 	}
-	w := &wire{ctx: ctx, op: req.Op, conn: conn, br: bufio.NewReaderSize(conn, 64<<10), bw: bufio.NewWriterSize(conn, 64<<10)}
+	w := &wire{ctx: ctx, op: req.Op, conn: conn, br: bufio.NewReaderSize(conn, 16<<10), bw: bufio.NewWriterSize(conn, 16<<10)}
 	// Expiry of ctx unblocks every read and write on the connection.
 	w.stop = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	if err := proto.WriteRequest(w.bw, req); err != nil {
