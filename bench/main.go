@@ -1,0 +1,158 @@
+// Command bench measures agentbox against its peers and the physical floor
+// of sandbox creation and exec on this machine, and prints medians, p90s
+// and ratios taken in the same run. With -write it also rewrites
+// docs/BENCHMARKS.md with the results and a description of the machine.
+//
+// It uses only public tools (runc, crun, unshare, nsenter, busybox) and
+// must run as root from the repository (make bench). Everything it creates
+// is removed by id or pid when it ends.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+)
+
+func main() {
+	if err := mainErr(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr() error {
+	var (
+		n        = flag.Int("n", 30, "timed runs per measurement (at least 30 for a publishable median and p90)")
+		warmup   = flag.Int("warmup", 3, "untimed warm-up runs before the timed ones")
+		write    = flag.Bool("write", false, "rewrite the results document (-doc)")
+		doc      = flag.String("doc", "docs/BENCHMARKS.md", "results document, relative to the repository root")
+		bin      = flag.String("bin", "bin/agentbox", "agentbox binary, relative to the repository root; built when missing")
+		dataDir  = flag.String("data-dir", "", "directory for the benchmark daemon's data, socket and log (default: a fresh temp dir, removed afterwards)")
+		template = flag.String("template", "busybox", "template the agentbox sandboxes are created from")
+		peers    = flag.Bool("peers", true, "measure the peers (runc, crun, unshare, nsenter, floor)")
+		agentbox = flag.Bool("agentbox", true, "measure agentbox")
+	)
+	flag.Parse()
+	if *n < 1 || *warmup < 0 {
+		return fmt.Errorf("-n must be ≥ 1 and -warmup ≥ 0")
+	}
+	if *n < 30 {
+		fmt.Fprintf(os.Stderr, "bench: note: -n %d < 30; medians and p90s are rough\n", *n)
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("must run as root (namespaces, runc, crun, the daemon)")
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	tmp, err := os.MkdirTemp("", "agentbox-bench-peers-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	b := &bench{n: *n, warmup: *warmup, bundle: filepath.Join(tmp, "true-bundle"), prefix: fmt.Sprintf("abbench-%d", os.Getpid())}
+
+	var results []result
+	if *peers {
+		results = append(results, measurePeers(ctx, b, tmp)...)
+	}
+	if *agentbox {
+		abin := filepath.Join(root, *bin)
+		if filepath.IsAbs(*bin) {
+			abin = *bin
+		}
+		if err := ensureBinary(ctx, root, abin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
+		results = append(results, measureAgentbox(ctx, b, abin, *dataDir, *template)...)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+
+	lines := evalRatios(results)
+	printText(os.Stdout, results, lines)
+	if *write {
+		path := filepath.Join(root, *doc)
+		md := markdown(describeMachine(), *n, *warmup, results, lines)
+		if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("\nwrote %s\n", path)
+	}
+	return nil
+}
+
+// measurePeers runs every peer measurement. The creation peers run first:
+// crun's measurement throws away its OS thread, and nothing that depends on
+// the thread that spawned it (Pdeathsig) may be started before it.
+func measurePeers(ctx context.Context, b *bench, tmp string) []result {
+	var results []result
+	say := func(r result) {
+		status := "ok"
+		if r.Skip != "" {
+			status = "skipped: " + firstLine(r.Skip)
+		}
+		fmt.Fprintf(os.Stderr, "bench: %-20s %s\n", r.Key, status)
+		results = append(results, r)
+	}
+	bundleErr := makeBundle(ctx, b.bundle, []string{"/bin/true"})
+	say(measureFloor(ctx, b))
+	say(measureUnshare(ctx, b))
+	if bundleErr != nil {
+		say(skipped(keyRuncRun, groupCreate, "runc run", "making bundle: "+bundleErr.Error()))
+		say(skipped(keyCrunRun, groupCreate, "crun run", "making bundle: "+bundleErr.Error()))
+	} else {
+		say(measureRuncRun(ctx, b))
+		say(measureCrunRun(ctx, b, false))
+		say(measureCrunRun(ctx, b, true))
+	}
+	say(measureForkExec(ctx, b))
+	say(measureRuncExec(ctx, b, tmp))
+	say(measureNsenter(ctx, b))
+	return results
+}
+
+// repoRoot finds the directory holding go.mod, from the working directory up.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("run from inside the agentbox repository (no go.mod above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+// ensureBinary builds the static agentbox binary when it is missing.
+func ensureBinary(ctx context.Context, root, bin string) error {
+	if _, err := os.Stat(bin); err == nil {
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "bench: building %s\n", bin)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/agentbox")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building %s: %w", bin, err)
+	}
+	return nil
+}
