@@ -20,9 +20,9 @@ type fakeService struct {
 	err      error
 	panicOn  string
 	calls    []string
-	upload   []byte        // what WriteFile/WriteArchive/WriteStdin read
-	chunks   chan []byte   // when set, uploads report each chunk read
-	stream   *fakeStream   // returned by Exec/Attach when set
+	upload   []byte      // what WriteFile/WriteArchive/WriteStdin read
+	chunks   chan []byte // when set, uploads report each chunk read
+	stream   *fakeStream // returned by Exec/Attach when set
 	progress []api.BuildEvent
 	lastExec api.ExecRequest
 	lastArgs []any
@@ -219,7 +219,6 @@ type fakeStream struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	done      bool
-	nextErr   error // returned after events drain, instead of blocking
 }
 
 var _ ExecStream = (*fakeStream)(nil)
