@@ -57,9 +57,6 @@ type bench struct {
 	prefix    string // container id prefix, unique to this process
 }
 
-// measureFunc measures one peer and returns its row.
-type measureFunc func(ctx context.Context, b *bench) result
-
 // run executes name with args, discarding stdout and returning stderr in the
 // error when it fails.
 func run(ctx context.Context, name string, args ...string) error {

@@ -1,0 +1,37 @@
+# Convenience targets; each is a thin wrapper around a script or go command
+# so a fresh box without make can run the same thing (see README.md).
+SHELL := /usr/bin/env bash
+export PATH := /usr/local/go/bin:$(PATH)
+
+GO          ?= go
+BIN         := bin/agentbox
+BENCH_FLAGS ?=
+
+.PHONY: all build test demo bench clean distclean
+
+all: build
+
+# The static binary: also PID 1 of every sandbox, so it must not need libc.
+build:
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/agentbox
+
+# Everything CI runs (install deps, gofmt, vet, staticcheck, unit, race,
+# integration + security suites). Needs root.
+test:
+	scripts/test.sh
+
+# The end-to-end demo against a private daemon. Needs root.
+demo:
+	scripts/demo.sh
+
+# Benchmarks vs runc, crun, unshare, nsenter and the physical floor.
+# `make bench BENCH_FLAGS=-write` also rewrites docs/BENCHMARKS.md. Needs root.
+bench: build
+	$(GO) run ./bench $(BENCH_FLAGS)
+
+clean:
+	rm -rf bin
+
+# Also drops the cached tools (staticcheck) under .cache/.
+distclean: clean
+	rm -rf .cache

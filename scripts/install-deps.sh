@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Installs what building, testing and demonstrating agentbox needs on a
+# Debian/Ubuntu host, and nothing else. Idempotent and non-interactive:
+# `apt-get update` runs only when a package is missing, Go is checked (never
+# downloaded), and the Go modules are fetched through the module proxy.
+#
+# Usage: sudo scripts/install-deps.sh
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf '[install-deps] %s\n' "$*"; }
+die() { printf '[install-deps] ERROR: %s\n' "$*" >&2; exit 1; }
+
+PACKAGES=(
+	busybox-static    # rootfs of the busybox template and the benchmark bundles
+	mmdebstrap        # builds the debian template
+	ca-certificates
+	debian-archive-keyring
+	runc crun         # peers in the benchmark
+	uidmap            # newuidmap/newgidmap
+	iproute2
+	util-linux        # unshare, nsenter, mount
+	procps            # ps, pgrep
+	curl              # health checks over the unix socket
+	git
+	make
+	gcc libc6-dev     # cgo, which `go test -race` needs
+)
+# --- Debian packages -------------------------------------------------------
+missing=()
+for p in "${PACKAGES[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		missing+=("$p")
+	fi
+done
+if ((${#missing[@]} > 0)); then
+	if [[ $(id -u) -ne 0 ]]; then
+		die "missing packages: ${missing[*]}; run as root (sudo $0) to install them"
+	fi
+	command -v apt-get >/dev/null || die "missing packages: ${missing[*]}, and apt-get is not available: install them by hand"
+	log "installing: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+else
+	log "Debian packages: all present"
+fi
+
+# --- Go ---------------------------------------------------------------------
+want=$(awk '$1 == "go" { print $2; exit }' go.mod)
+[[ -n $want ]] || die "no go directive in go.mod"
+case ":$PATH:" in
+*:/usr/local/go/bin:*) ;;
+*) [[ -x /usr/local/go/bin/go ]] && export PATH="/usr/local/go/bin:$PATH" ;;
+esac
+howto="install Go >= $want from https://go.dev/dl/ into /usr/local/go (tar -C /usr/local -xzf go$want.linux-amd64.tar.gz) and put /usr/local/go/bin on PATH"
+command -v go >/dev/null || die "Go is not installed; $howto"
+# GOTOOLCHAIN=local: report the Go that is installed, never fetch another.
+have=$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null || true)
+have=${have#go}
+[[ -n $have ]] || die "cannot run 'go env GOVERSION' with $(command -v go); $howto"
+# version_ge A B: A >= B, comparing dotted numbers (1.26rc1 counts as 1.26).
+version_ge() {
+	local IFS=.
+	local -a a b
+	read -r -a a <<<"${1%%[!0-9.]*}"
+	read -r -a b <<<"${2%%[!0-9.]*}"
+	for i in 0 1 2; do
+		local x=${a[i]:-0} y=${b[i]:-0}
+		((10#$x > 10#$y)) && return 0
+		((10#$x < 10#$y)) && return 1
+	done
+	return 0
+}
+version_ge "$have" "$want" || die "Go $have at $(command -v go) is older than $want (go.mod); $howto"
+log "Go $have at $(command -v go) (go.mod wants >= $want)"
+
+# --- Go modules -------------------------------------------------------------
+GOTOOLCHAIN=local go mod download
+log "Go modules: downloaded"

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run): dependencies, formatting,
+# vet, staticcheck, unit tests (root/feature gates strict), the race
+# detector, then the integration and security suites against the real
+# static binary. Runs every step even after a failure and prints a summary;
+# exits non-zero when any step failed.
+#
+# Usage: sudo scripts/test.sh            all steps
+#        sudo scripts/test.sh unit race  only these steps
+# Steps: deps fmt vet staticcheck build unit race integration
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+[[ -x /usr/local/go/bin/go ]] && export PATH="/usr/local/go/bin:$PATH"
+export GOTOOLCHAIN=local # test with the installed Go; never download one
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+STATICCHECK_VERSION=v0.8.2 # staticcheck 2026.2.2, the newest that builds with Go 1.26
+export GOBIN="$ROOT/.cache/bin"
+
+ALL_STEPS=(deps fmt vet staticcheck build unit race integration)
+STEPS=("$@")
+((${#STEPS[@]} > 0)) || STEPS=("${ALL_STEPS[@]}")
+for s in "${STEPS[@]}"; do
+	[[ " ${ALL_STEPS[*]} " == *" $s "* ]] || { echo "unknown step '$s'; steps: ${ALL_STEPS[*]}" >&2; exit 2; }
+done
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "WARNING: not root: the strict suites will fail on their root gates (CI runs as root)" >&2
+fi
+
+declare -a SUMMARY=()
+FAILED=0
+
+header() { printf '\n==== %s ====\n' "$*"; }
+
+# step NAME CMD...: runs CMD when NAME was asked for, records PASS/FAIL and
+# the duration, and carries on after a failure.
+step() {
+	local name=$1
+	shift
+	[[ " ${STEPS[*]} " == *" $name "* ]] || return 0
+	header "$name: $*"
+	local start=$SECONDS rc=0
+	"$@" || rc=$?
+	local dur=$((SECONDS - start))
+	if ((rc == 0)); then
+		SUMMARY+=("$(printf 'PASS  %-12s %5ss' "$name" "$dur")")
+	else
+		SUMMARY+=("$(printf 'FAIL  %-12s %5ss  (exit %s)' "$name" "$dur" "$rc")")
+		FAILED=1
+	fi
+	return 0
+}
+
+# existing PATTERN...: the patterns whose directory exists (./sdk/... is
+# only tested once sdk/ is there).
+existing() {
+	local p
+	for p in "$@"; do
+		[[ -d ${p%/...} ]] && printf '%s\n' "$p"
+	done
+	return 0
+}
+
+check_fmt() {
+	local out
+	out=$(find . \( -path ./.git -o -path ./.cache -o -path ./bin \) -prune -o -name '*.go' -print0 | xargs -0 -r gofmt -l)
+	if [[ -n $out ]]; then
+		echo "gofmt -l lists files that need gofmt -w:"
+		echo "$out"
+		return 1
+	fi
+	echo "all Go files are gofmt'ed"
+}
+
+install_staticcheck() {
+	if [[ -x $GOBIN/staticcheck ]] && "$GOBIN/staticcheck" -version 2>/dev/null | grep -q "(${STATICCHECK_VERSION#v})"; then
+		return 0
+	fi
+	echo "installing staticcheck $STATICCHECK_VERSION into $GOBIN"
+	go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+}
+
+run_staticcheck() {
+	install_staticcheck
+	"$GOBIN/staticcheck" -version
+	"$GOBIN/staticcheck" ./...
+}
+
+build() {
+	mkdir -p bin
+	CGO_ENABLED=0 go build -o bin/agentbox ./cmd/agentbox
+	ls -l bin/agentbox
+}
+
+# Unit tests: every package but the integration suites in ./test/...
+unit() {
+	local mod pkgs
+	mod=$(go list -m)
+	pkgs=$(go list -e ./... | grep -v -x -e "$mod/test" -e "$mod/test/.*")
+	# shellcheck disable=SC2086 # one argument per package
+	AGENTBOX_TEST_STRICT=1 go test -count=1 -timeout 20m $pkgs
+}
+
+# The race detector on the packages with concurrency. -short: the slow
+# tests (template builds) already ran once in the unit step.
+race() {
+	local pkgs
+	mapfile -t pkgs < <(existing ./internal/... ./sdk/...)
+	AGENTBOX_TEST_STRICT=1 CGO_ENABLED=1 go test -race -short -count=1 -timeout 20m "${pkgs[@]}"
+}
+
+integration() {
+	[[ -x bin/agentbox ]] || { echo "bin/agentbox missing: the build step failed or was not run"; return 1; }
+	[[ -d test ]] || { echo "no ./test directory"; return 1; }
+	AGENTBOX_BIN="$ROOT/bin/agentbox" AGENTBOX_TEST_STRICT=1 go test -count=1 -p 1 -timeout 30m -v ./test/...
+}
+
+START=$SECONDS
+# Dependencies first: nothing else can run without them.
+if [[ " ${STEPS[*]} " == *" deps "* ]]; then
+	header "deps: scripts/install-deps.sh"
+	scripts/install-deps.sh </dev/null
+	SUMMARY+=("PASS  deps")
+fi
+step fmt check_fmt
+step vet go vet ./...
+step staticcheck run_staticcheck
+step build build
+step unit unit
+step race race
+step integration integration
+
+header "summary ($((SECONDS - START))s, $(go version | awk '{print $3}'), kernel $(uname -r))"
+printf '%s\n' "${SUMMARY[@]}"
+if ((FAILED)); then
+	echo "RESULT: FAIL"
+	exit 1
+fi
+echo "RESULT: PASS"
