@@ -153,7 +153,7 @@ func (m *Manager) CreateSandbox(ctx context.Context, req api.CreateSandboxReques
 	}
 	b, err := m.start(ctx, rec, true)
 	if err != nil {
-		return api.Sandbox{}, fmt.Errorf("creating sandbox %s: %w", id, err)
+		return api.Sandbox{}, err
 	}
 	m.log.InfoContext(ctx, "sandbox created", "sandbox", id, "template", req.Template)
 	return b.view(), nil
@@ -187,21 +187,21 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 		}
 	}()
 	if fresh {
-		if err := os.Mkdir(p.dir, 0o700); err != nil {
-			return nil, fmt.Errorf("creating sandbox dir: %w", err)
+		if err := os.Mkdir(p.dir, 0o711); err != nil {
+			return nil, fmt.Errorf("creating sandbox %s: creating dir: %w", id, err)
 		}
 		undo = append(undo, func() { _ = os.RemoveAll(p.dir) })
 		for _, d := range []string{p.upper, p.work} {
 			if err := os.Mkdir(d, 0o755); err != nil {
-				return nil, fmt.Errorf("creating sandbox dir: %w", err)
+				return nil, fmt.Errorf("creating sandbox %s: creating dir: %w", id, err)
 			}
 			if err := os.Lchown(d, int(m.cfg.IDs.HostID), int(m.cfg.IDs.HostID)); err != nil {
-				return nil, fmt.Errorf("chown sandbox dir: %w", err)
+				return nil, fmt.Errorf("creating sandbox %s: chown dir: %w", id, err)
 			}
 		}
 	}
 	if err := os.MkdirAll(p.state, 0o700); err != nil {
-		return nil, fmt.Errorf("creating state dir: %w", err)
+		return nil, fmt.Errorf("creating sandbox %s: creating state dir: %w", id, err)
 	}
 	spec := m.runtimeSpec(rec)
 	rt, err := m.backend.Create(ctx, spec)
@@ -218,14 +218,14 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 	version, err := guest.Version(vctx)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("waiting for guest: %w", err)
+		return nil, fmt.Errorf("creating sandbox %s: waiting for guest: %w", id, err)
 	}
 	rec.Sandbox.GuestVersion = version
 	rec.Sandbox.State = api.StateRunning
 	rec.RuntimeState = rt.State()
 	rec.UpdatedAt = time.Now().UTC()
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
-		return nil, fmt.Errorf("saving sandbox record: %w", err)
+		return nil, fmt.Errorf("creating sandbox %s: saving record: %w", id, err)
 	}
 	b := &box{guest: guest, rec: rec, rt: rt}
 	if err := m.register(b); err != nil {

@@ -94,8 +94,17 @@ func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.
 	if cfg.DefaultTemplate == "" {
 		cfg.DefaultTemplate = "busybox"
 	}
-	for _, d := range []string{filepath.Join(cfg.DataDir, "sandboxes"), filepath.Join(cfg.RunDir, "sb")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+	// The sandboxes dir must be searchable by the mapped uid range: each
+	// sandbox's overlay is mounted from inside its user namespace. The
+	// sockets dir is for host root only.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{filepath.Join(cfg.DataDir, "sandboxes"), 0o711}, {filepath.Join(cfg.RunDir, "sb"), 0o700}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("sandbox manager: %w", err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("sandbox manager: %w", err)
 		}
 	}

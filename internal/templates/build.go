@@ -171,7 +171,7 @@ func (m *Manager) build(ctx context.Context, spec api.TemplateSpec, force bool, 
 	allCached := true
 	step := func(n int, msg string, cached bool) {
 		allCached = allCached && cached
-		emit(api.BuildEvent{Type: api.BuildEventStep, Step: n, Steps: total, Message: fmt.Sprintf("[%d/%d] %s", n, total, msg), Cached: cached})
+		emit(api.BuildEvent{Type: api.BuildEventStep, Step: n, Steps: total, Message: msg, Cached: cached})
 	}
 	logw := newLineWriter(func(line string) { emit(api.BuildEvent{Type: api.BuildEventLog, Message: line}) })
 	defer logw.Flush()
