@@ -84,7 +84,12 @@ func newDaemon(t testing.TB) *daemon {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	dir := filepath.Join("/tmp", "abx-"+randHex(4))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// 0711: the sandboxes' mapped uid range must be able to traverse it
+	// (overlay dirs and the runner are mounted from inside the userns).
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
 	d := &daemon{

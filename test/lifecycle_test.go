@@ -28,7 +28,8 @@ func TestDestroyLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := sb.ID()
-	mustRun(t, sb, "setsid sh -c 'sleep 1000 & sleep 1000 &' ; nohup sleep 1000 >/dev/null 2>&1 & (sleep 1000 &) ; echo started")
+	// busybox has no nohup applet: the trap is what nohup does.
+	mustRun(t, sb, "setsid sh -c 'sleep 1000 & sleep 1000 &' ; sh -c 'trap \"\" HUP; exec sleep 1000' >/dev/null 2>&1 & (sleep 1000 &) ; echo started")
 	time.Sleep(200 * time.Millisecond)
 	pids := sandboxPids(t, id)
 	if len(pids) < 5 {
