@@ -313,4 +313,3 @@ func terminalFd(s any) (int, bool) {
 	fd := int(f.Fd())
 	return fd, term.IsTerminal(fd)
 }
-

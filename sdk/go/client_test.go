@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/testutil"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 	"github.com/agentbox/agentbox/sdk/go/agentboxtest"
-	"github.com/agentbox/agentbox/internal/testutil"
 )
 
 func newClient(t *testing.T, host string, opts ...agentbox.Option) *agentbox.Client {

@@ -129,7 +129,9 @@ func (s *Sandbox) Processes(ctx context.Context) ([]api.Process, error) {
 }
 
 // Process returns a handle on the process pid without contacting the daemon.
-func (s *Sandbox) Process(pid int) *Process { return &Process{sb: s, pid: pid, info: api.Process{Pid: pid}} }
+func (s *Sandbox) Process(pid int) *Process {
+	return &Process{sb: s, pid: pid, info: api.Process{Pid: pid}}
+}
 
 // follow reads an exec or attach stream to its final event.
 func (s *Sandbox) follow(body io.Reader, pid int, st Streams) (*Result, error) {
