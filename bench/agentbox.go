@@ -101,7 +101,11 @@ func (d *daemon) health(ctx context.Context) error {
 // stop terminates the daemon by its pid (SIGTERM, then SIGKILL after 15 s)
 // and removes the data dir when this benchmark created it and nothing is
 // still mounted below it.
+//
+// Sandboxes outlive their daemon (the next one re-adopts them), so every
+// sandbox labelled as the benchmark's is deleted first.
 func (d *daemon) stop() {
+	d.removeLabeled()
 	if d.cmd.Process != nil {
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -113,6 +117,31 @@ func (d *daemon) stop() {
 		}
 	}
 	d.removeDir()
+}
+
+// benchLabel marks the sandboxes the benchmark creates.
+const benchLabel = "agentbox.bench"
+
+// removeLabeled deletes every sandbox carrying benchLabel; a leftover is
+// a bug elsewhere in the benchmark, so it is reported.
+func (d *daemon) removeLabeled() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := d.do(ctx, http.MethodGet, "/v1/sandboxes?label="+benchLabel+"=1", nil)
+	if err != nil {
+		return // the daemon is gone; nothing to ask
+	}
+	defer resp.Body.Close()
+	var list api.SandboxList
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&list) != nil {
+		return
+	}
+	for _, sb := range list.Sandboxes {
+		fmt.Fprintln(os.Stderr, "bench: deleting leftover sandbox", sb.ID)
+		if err := d.remove(ctx, sb.ID); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: cleanup:", err)
+		}
+	}
 }
 
 func (d *daemon) removeDir() {
@@ -233,7 +262,7 @@ func (d *daemon) buildTemplate(ctx context.Context, name string) error {
 func (d *daemon) create(ctx context.Context, template string) (string, error) {
 	resp, err := d.do(ctx, http.MethodPost, "/v1/sandboxes", api.CreateSandboxRequest{
 		Template: template,
-		Labels:   map[string]string{"agentbox.bench": "1"},
+		Labels:   map[string]string{benchLabel: "1"},
 	})
 	if err != nil {
 		return "", err
@@ -303,7 +332,7 @@ func (d *daemon) remove(ctx context.Context, id string) error {
 
 // measureAgentbox starts a private daemon and measures (a) create→first
 // exec completed and (b) the exec round trip on one sandbox.
-func measureAgentbox(ctx context.Context, b *bench, bin, dir, template string) []result {
+func measureAgentbox(ctx context.Context, b *bench, bin, dir, template string, buildTimeout time.Duration) []result {
 	const (
 		createName = "agentbox: POST /v1/sandboxes + exec /bin/true to exit event"
 		execName   = "agentbox: exec /bin/true round trip (NDJSON to exit event)"
@@ -311,7 +340,7 @@ func measureAgentbox(ctx context.Context, b *bench, bin, dir, template string) [
 	fail := func(why string) []result {
 		return []result{
 			skipped(keyABCreate, groupCreate, createName, why),
-			skipped(keyABExec, groupExec, execName, why),
+			skipped(keyABExec, groupExec, execName, "not measured: "+firstLine(why)),
 		}
 	}
 	if _, err := os.Stat(bin); err != nil {
@@ -323,7 +352,10 @@ func measureAgentbox(ctx context.Context, b *bench, bin, dir, template string) [
 	}
 	defer d.stop()
 	fmt.Fprintf(os.Stderr, "bench: agentbox daemon pid %d in %s; building template %q\n", d.cmd.Process.Pid, d.dir, template)
-	if err := d.buildTemplate(ctx, template); err != nil {
+	bctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	err = d.buildTemplate(bctx, template)
+	cancel()
+	if err != nil {
 		return fail(err.Error() + d.logTail())
 	}
 

@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -35,6 +36,7 @@ func mainErr() error {
 		bin      = flag.String("bin", "bin/agentbox", "agentbox binary, relative to the repository root; built when missing")
 		dataDir  = flag.String("data-dir", "", "directory for the benchmark daemon's data, socket and log (default: a fresh temp dir, removed afterwards)")
 		template = flag.String("template", "busybox", "template the agentbox sandboxes are created from")
+		buildTO  = flag.Duration("build-timeout", 10*time.Minute, "limit for building the template before measuring")
 		peers    = flag.Bool("peers", true, "measure the peers (runc, crun, unshare, nsenter, floor)")
 		agentbox = flag.Bool("agentbox", true, "measure agentbox")
 	)
@@ -74,7 +76,7 @@ func mainErr() error {
 		if err := ensureBinary(ctx, root, abin); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 		}
-		results = append(results, measureAgentbox(ctx, b, abin, *dataDir, *template)...)
+		results = append(results, measureAgentbox(ctx, b, abin, *dataDir, *template, *buildTO)...)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted: %w", err)
