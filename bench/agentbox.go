@@ -41,11 +41,17 @@ func startDaemon(ctx context.Context, bin, dir string) (*daemon, error) {
 			return nil, err
 		}
 		d.dir, d.ownDir = tmp, true
+		// MkdirTemp makes it 0700; sandbox uids (mapped, unprivileged on
+		// the host) must traverse it to reach the daemon's runner dir.
+		if err := os.Chmod(tmp, 0o755); err != nil {
+			d.removeDir()
+			return nil, err
+		}
 	}
 	dataDir := filepath.Join(d.dir, "data")
 	sock := filepath.Join(d.dir, "agentbox.sock")
 	d.logPath = filepath.Join(d.dir, "serve.log")
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	if err := os.MkdirAll(d.dir, 0o755); err != nil { // the daemon creates dataDir
 		return nil, err
 	}
 	_ = os.Remove(sock) // stale socket of an earlier run with the same -data-dir

@@ -23,13 +23,24 @@ export AGENTBOX_HOST=unix://$SOCK
 AB=$ROOT/bin/agentbox
 
 STEP=0
+BOLD= PLAIN=
+[[ -t 1 ]] && BOLD=$'\033[1m' PLAIN=$'\033[0m'
 step() {
 	STEP=$((STEP + 1))
-	printf '\n\033[1m==== %d. %s ====\033[0m\n' "$STEP" "$*"
+	printf '\n%s==== %d. %s ====%s\n' "$BOLD" "$STEP" "$*" "$PLAIN"
 }
-# show CMD...: prints the command, then runs it.
+# show CMD...: prints the command as one would type it, then runs it.
 show() {
-	printf '$ %s\n' "$*"
+	local out='$' a
+	for a in "$@"; do
+		[[ $a == "$AB" ]] && a=agentbox
+		if [[ $a =~ ^[A-Za-z0-9_./:=@%+-]+$ ]]; then
+			out+=" $a"
+		else
+			out+=" '${a//\'/\'\\\'\'}'"
+		fi
+	done
+	printf '%s\n' "$out"
 	"$@"
 }
 die() {
@@ -79,8 +90,9 @@ trap 'exit 130' INT TERM
 health() { curl -fsS --max-time 2 --unix-socket "$SOCK" http://agentbox/v1/health >/dev/null 2>&1; }
 
 step "Start the daemon on a private socket ($SOCK), data in $DEMO_DIR"
+# Plain 0755 parents: the daemon sets the modes of what it creates below,
+# and sandbox uids must be able to traverse to the read-only runner dir.
 mkdir -p "$DEMO_DIR" "$RUN_DIR"
-chmod 0700 "$DEMO_DIR" "$RUN_DIR"
 if [[ -S $SOCK ]]; then
 	health && die "a daemon already answers on $SOCK (another demo running?)"
 	rm -f "$SOCK" # stale socket of a demo that was killed
@@ -103,7 +115,7 @@ show "$AB" template build debian
 show "$AB" template ls
 
 step "Create a sandbox from the debian template"
-echo "\$ agentbox create --template debian"
+echo '$ agentbox create --template debian'
 SANDBOX=$("$AB" create --template debian)
 echo "$SANDBOX"
 show "$AB" ls
@@ -145,8 +157,10 @@ echo "uid_map (inside uid -> host uid -> count): root inside is an unprivileged 
 show "$AB" exec "$SANDBOX" -- cat /proc/self/uid_map
 echo "the sandbox sees only its own processes:"
 # minbase Debian has no procps: fall back to reading /proc.
-show "$AB" exec "$SANDBOX" -- sh -c 'if command -v ps >/dev/null; then ps aux; else
-  for p in /proc/[0-9]*; do printf "%6s  %s\n" "${p#/proc/}" "$(tr "\0" " " <"$p/cmdline")"; done; fi'
+printf '$ agentbox exec %s -- ps aux   (or /proc/*/cmdline where ps is missing)\n' "$SANDBOX"
+"$AB" exec "$SANDBOX" -- sh -c 'if command -v ps >/dev/null; then ps aux; else
+  echo "  PID  COMMAND"
+  for p in /proc/[0-9]*; do printf "%5s  %s\n" "${p#/proc/}" "$(tr "\0\n" "  " <"$p/cmdline" | cut -c1-60)"; done; fi'
 
 step "Delete the sandbox"
 show "$AB" rm -f "$SANDBOX"
