@@ -170,7 +170,7 @@ func markdown(m machine, n, warmup int, results []result, lines []ratioLine) str
 }
 
 func mdEscape(s string) string {
-	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+	return strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
 const methodText = `
