@@ -97,6 +97,8 @@ type ExecRequest struct {
 	TTY            *TTY              `json:"tty,omitempty"`
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"` // kill the process after this long; 0 = none
 	Background     bool              `json:"background,omitempty"`      // return at once with the pid; re-attach later
+	Secrets        []ExecSecret      `json:"secrets,omitempty"`         // stored secrets put in this process's environment only; see api/secrets.go
+	Token          bool              `json:"token,omitempty"`           // mint a bridge token for this run in env AGENTBOX_RUN_TOKEN
 }
 
 // Exec event types, one JSON object per line in an exec or attach stream

@@ -40,6 +40,7 @@ type Options struct {
 // Daemon is a running agentbox daemon.
 type Daemon struct {
 	cfg     *config.Config
+	backend *native.Backend
 	log     *slog.Logger
 	store   *store.Bolt
 	manager *sandbox.Manager
@@ -88,10 +89,24 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	backend, err := native.New(native.Config{Logger: log})
+	// One guest is kept prespawned so a create skips the clone, the exec of
+	// the runner and its start-up (see native.Prespawn).
+	backend, err := native.New(native.Config{Logger: log, Prespawn: &native.Prespawn{
+		Size:      1,
+		RunnerDir: runnerDir,
+		UIDMap:    ids,
+		GIDMap:    ids,
+		SocketDir: filepath.Join(filepath.Dir(cfg.SocketPath), "sb"),
+		LogDir:    filepath.Join(cfg.DataDir, "sandboxes", ".zygotes"),
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("starting the native backend: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			_ = backend.Close()
+		}
+	}()
 	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids)
 	if err != nil {
 		return nil, err
@@ -131,7 +146,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Logger:  log,
 		Version: version.Version,
 	})
-	return &Daemon{cfg: cfg, log: log, store: st, manager: mgr, handler: handler}, nil
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -202,6 +217,9 @@ func (d *Daemon) shutdown() {
 func (d *Daemon) Close() error {
 	d.shutdown()
 	_ = d.manager.Close()
+	if err := d.backend.Close(); err != nil {
+		d.log.Warn("stopping prespawned guests", "err", err)
+	}
 	return d.store.Close()
 }
 

@@ -36,6 +36,9 @@ type Config struct {
 	CgroupParent string
 	// Logger receives lifecycle events; default slog.Default().
 	Logger *slog.Logger
+	// Prespawn, when set, keeps guests started ahead of need; see Prespawn.
+	// Call Close to stop them.
+	Prespawn *Prespawn
 }
 
 // Backend is the native runtime.Backend. It holds no per-sandbox state, so
@@ -45,6 +48,7 @@ type Backend struct {
 	cgroupParent string
 	mode         string // cgroupMode(): "v1", "hybrid" or "v2"
 	log          *slog.Logger
+	pool         *zygotePool // nil without Prespawn
 }
 
 var (
@@ -76,8 +80,19 @@ func New(cfg Config) (*Backend, error) {
 	if mode == "" {
 		return nil, fmt.Errorf("native backend: no cgroup hierarchy: %w", errdefs.ErrFailedPrecondition)
 	}
-	return &Backend{cgroupParent: cfg.CgroupParent, mode: mode, log: cfg.Logger.With("backend", Name)}, nil
+	b := &Backend{cgroupParent: cfg.CgroupParent, mode: mode, log: cfg.Logger.With("backend", Name)}
+	if cfg.Prespawn != nil {
+		pool, err := newZygotePool(*cfg.Prespawn, b.log)
+		if err != nil {
+			return nil, err
+		}
+		b.pool = pool
+	}
+	return b, nil
 }
+
+// Close stops the prespawned guests. Sandboxes are not affected.
+func (b *Backend) Close() error { return b.pool.close() }
 
 // Capabilities reports what the backend enforces.
 func (b *Backend) Capabilities() runtime.Capabilities {

@@ -68,16 +68,23 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	if err := prepareStateDir(spec, &undo); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 	}
-	lnFile, err := listen(spec.SocketPath)
-	if err != nil {
-		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
-	}
-	undo.add(func() { _ = os.Remove(spec.SocketPath) })
-	defer lnFile.Close()
-
-	g, err := startGuest(b.mode, spec, cg, lnFile)
-	if err != nil {
-		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	var g *guestProc
+	inCgroup := false
+	if z := b.pool.take(spec); z != nil {
+		g = z.g
+		undo.add(func() { _ = os.Remove(spec.SocketPath) })
+	} else {
+		lnFile, err := listen(spec.SocketPath)
+		if err != nil {
+			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+		}
+		undo.add(func() { _ = os.Remove(spec.SocketPath) })
+		g, err = startGuest(b.mode, spec, cg, lnFile)
+		lnFile.Close()
+		if err != nil {
+			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+		}
+		inCgroup = b.mode == "v2" // born in its cgroup
 	}
 	undo.add(func() {
 		_ = unix.Kill(g.pid, unix.SIGKILL)
@@ -88,7 +95,7 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		}
 	})
 
-	if b.mode != "v2" { // on v2 the guest was born in its cgroup
+	if !inCgroup {
 		if err := cg.addProc(g.pid); err != nil {
 			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 		}
@@ -177,9 +184,33 @@ type guestProc struct {
 	done  chan struct{}
 }
 
-// startGuest starts the runner binary in new namespaces with the protocol
-// fds of package nsinit, and reaps it in the background.
+// startGuest starts the runner binary cold in new namespaces with the
+// protocol fds of package nsinit (on cgroup v2 directly inside the sandbox's
+// cgroup), and reaps it in the background.
 func startGuest(mode string, spec runtime.Spec, cg cgroupManager, lnFile *os.File) (*guestProc, error) {
+	logFile, err := os.OpenFile(filepath.Join(spec.StateDir, guestLogName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("guest log: %w", err)
+	}
+	defer logFile.Close()
+	cgfd := -1
+	if mode == "v2" {
+		dirs := cg.dirs()
+		cgfd, err = unix.Open(dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("opening cgroup dir: %w", err)
+		}
+		defer unix.Close(cgfd)
+	}
+	return spawnGuest(spec.RunnerDir, spec.UIDMap, spec.GIDMap, lnFile, logFile, cgfd)
+}
+
+// spawnGuest forks and execs the runner's "agentbox guest init" in new
+// user, mount, pid, uts, ipc, net and cgroup namespaces, as root of the new
+// user namespace. lnFile becomes fd 3, the config pipe fd 4 and the sync
+// pipe fd 5; stdout and stderr go to logFile. With cgfd >= 0 the guest is
+// born in that cgroup (v2). The guest blocks reading its config.
+func spawnGuest(runnerDir string, uids, gids runtime.IDMap, lnFile, logFile *os.File, cgfd int) (*guestProc, error) {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -199,18 +230,12 @@ func startGuest(mode string, spec runtime.Spec, cg cgroupManager, lnFile *os.Fil
 		return nil, err
 	}
 	defer devnull.Close()
-	logFile, err := os.OpenFile(filepath.Join(spec.StateDir, guestLogName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
-	if err != nil {
-		closeParent()
-		return nil, fmt.Errorf("guest log: %w", err)
-	}
-	defer logFile.Close()
 
 	attr := &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 			unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUSER,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.UIDMap.HostID), Size: int(spec.UIDMap.Size)}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(spec.GIDMap.HostID), Size: int(spec.GIDMap.Size)}},
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(uids.HostID), Size: int(uids.Size)}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(gids.HostID), Size: int(gids.Size)}},
 		GidMappingsEnableSetgroups: true,
 		Setsid:                     true,
 		// Become root of the new user namespace, so execve keeps the
@@ -218,19 +243,12 @@ func startGuest(mode string, spec runtime.Spec, cg cgroupManager, lnFile *os.Fil
 		Credential: &syscall.Credential{Uid: 0, Gid: 0},
 		// No Pdeathsig: a sandbox survives its daemon's restart.
 	}
-	if mode == "v2" {
-		dirs := cg.dirs()
-		cgfd, err := unix.Open(dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			closeParent()
-			return nil, fmt.Errorf("opening cgroup dir: %w", err)
-		}
-		defer unix.Close(cgfd)
+	if cgfd >= 0 {
 		attr.UseCgroupFD = true
 		attr.CgroupFD = cgfd
 	}
 	cmd := &exec.Cmd{
-		Path:        filepath.Join(spec.RunnerDir, "agentbox"),
+		Path:        filepath.Join(runnerDir, "agentbox"),
 		Args:        []string{"agentbox", "guest", "init"},
 		Env:         []string{guestPath},
 		Dir:         "/",

@@ -1,0 +1,250 @@
+package native
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/runtime"
+)
+
+// Prespawn configures guests started ahead of need ("zygotes"). A zygote has
+// its namespaces created, its uid/gid maps written and its Go runtime
+// initialised, and waits (outside any sandbox cgroup, having read nothing
+// of any sandbox) for its config. Create hands the config of the sandbox it
+// is building to a waiting zygote instead of forking a new guest, which
+// takes the clone, the exec of the runner and the runtime start-up off the
+// create path. A zygote is used only for a spec with the same runner and id
+// maps; anything else starts cold.
+type Prespawn struct {
+	// Size is how many zygotes are kept waiting (default 1).
+	Size int
+	// RunnerDir and UIDMap/GIDMap must equal those of the specs served.
+	RunnerDir      string
+	UIDMap, GIDMap runtime.IDMap
+	// SocketDir holds the zygotes' listening sockets until a Create renames
+	// one to its spec's SocketPath (same filesystem required; otherwise
+	// the zygote is not used).
+	SocketDir string
+	// LogDir holds the zygotes' logs until a Create renames one into its
+	// spec's StateDir (same filesystem required).
+	LogDir string
+}
+
+// zygote is a started guest waiting for its config.
+type zygote struct {
+	g        *guestProc
+	sockPath string
+	logPath  string
+}
+
+// zygotePool keeps Prespawn.Size zygotes ready. Safe for concurrent use.
+type zygotePool struct {
+	cfg Prespawn
+	log *slog.Logger
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	ready   []*zygote
+	filling int
+	closed  bool
+}
+
+const zygotePrefix = ".zygote-"
+
+func newZygotePool(cfg Prespawn, log *slog.Logger) (*zygotePool, error) {
+	if cfg.Size <= 0 {
+		cfg.Size = 1
+	}
+	for _, d := range []string{cfg.RunnerDir, cfg.SocketDir, cfg.LogDir} {
+		if !filepath.IsAbs(d) {
+			return nil, fmt.Errorf("prespawn: path %q is not absolute", d)
+		}
+	}
+	if err := os.MkdirAll(cfg.SocketDir, 0o700); err != nil {
+		return nil, fmt.Errorf("prespawn: %w", err)
+	}
+	if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
+		return nil, fmt.Errorf("prespawn: %w", err)
+	}
+	// Zygotes of an earlier daemon exited when it did (their config pipe
+	// closed); remove what they left.
+	for _, d := range []string{cfg.SocketDir, cfg.LogDir} {
+		old, _ := filepath.Glob(filepath.Join(d, zygotePrefix+"*"))
+		for _, f := range old {
+			_ = os.Remove(f)
+		}
+	}
+	p := &zygotePool{cfg: cfg, log: log}
+	go p.fill()
+	return p, nil
+}
+
+func (p *zygotePool) matches(spec runtime.Spec) bool {
+	return spec.RunnerDir == p.cfg.RunnerDir && spec.UIDMap == p.cfg.UIDMap && spec.GIDMap == p.cfg.GIDMap
+}
+
+// take returns a live zygote for spec, moved onto spec's socket path and
+// log path, or nil when none is ready (the caller starts a guest cold).
+// Taking one starts a refill in the background.
+func (p *zygotePool) take(spec runtime.Spec) *zygote {
+	if p == nil || !p.matches(spec) {
+		return nil
+	}
+	for {
+		p.mu.Lock()
+		if len(p.ready) == 0 {
+			p.mu.Unlock()
+			go p.fill()
+			return nil
+		}
+		z := p.ready[len(p.ready)-1]
+		p.ready = p.ready[:len(p.ready)-1]
+		p.mu.Unlock()
+		go p.fill()
+		select {
+		case <-z.g.done:
+			z.discard()
+			continue
+		default:
+		}
+		if err := z.moveTo(spec); err != nil {
+			p.log.Debug("zygote not usable for this spec; starting cold", "err", err)
+			p.put(z)
+			return nil
+		}
+		return z
+	}
+}
+
+// moveTo renames the zygote's socket and log to spec's paths.
+func (z *zygote) moveTo(spec runtime.Spec) error {
+	if err := os.MkdirAll(filepath.Dir(spec.SocketPath), 0o700); err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(spec.SocketPath); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return fmt.Errorf("socket path %s exists and is not a socket", spec.SocketPath)
+		}
+		if err := os.Remove(spec.SocketPath); err != nil {
+			return err
+		}
+	}
+	logDst := filepath.Join(spec.StateDir, guestLogName)
+	if err := os.Rename(z.logPath, logDst); err != nil {
+		return err
+	}
+	if err := os.Rename(z.sockPath, spec.SocketPath); err != nil {
+		_ = os.Rename(logDst, z.logPath)
+		return err
+	}
+	return nil
+}
+
+func (p *zygotePool) put(z *zygote) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		z.discard()
+		return
+	}
+	p.ready = append(p.ready, z)
+}
+
+// fill starts zygotes until Size are ready or being started.
+func (p *zygotePool) fill() {
+	for {
+		p.mu.Lock()
+		if p.closed || len(p.ready)+p.filling >= p.cfg.Size {
+			p.mu.Unlock()
+			return
+		}
+		p.filling++
+		p.mu.Unlock()
+		z, err := p.spawn()
+		p.mu.Lock()
+		p.filling--
+		if err != nil {
+			p.mu.Unlock()
+			p.log.Warn("starting a zygote guest", "err", err)
+			return
+		}
+		if p.closed {
+			p.mu.Unlock()
+			z.discard()
+			return
+		}
+		p.ready = append(p.ready, z)
+		p.mu.Unlock()
+	}
+}
+
+func (p *zygotePool) spawn() (*zygote, error) {
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	name := zygotePrefix + hex.EncodeToString(rnd[:])
+	z := &zygote{
+		sockPath: filepath.Join(p.cfg.SocketDir, name+".sock"),
+		logPath:  filepath.Join(p.cfg.LogDir, name+".log"),
+	}
+	lnFile, err := listen(z.sockPath)
+	if err != nil {
+		return nil, err
+	}
+	defer lnFile.Close()
+	logFile, err := os.OpenFile(z.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		_ = os.Remove(z.sockPath)
+		return nil, fmt.Errorf("zygote log: %w", err)
+	}
+	defer logFile.Close()
+	g, err := spawnGuest(p.cfg.RunnerDir, p.cfg.UIDMap, p.cfg.GIDMap, lnFile, logFile, -1)
+	if err != nil {
+		_ = os.Remove(z.sockPath)
+		_ = os.Remove(z.logPath)
+		return nil, err
+	}
+	z.g = g
+	return z, nil
+}
+
+// discard kills a zygote that will not be used and removes its files.
+func (z *zygote) discard() {
+	_ = unix.Kill(z.g.pid, unix.SIGKILL)
+	z.g.cfgW.Close()
+	z.g.syncR.Close()
+	select {
+	case <-z.g.done:
+	case <-time.After(teardownTimeout):
+	}
+	_ = os.Remove(z.sockPath)
+	_ = os.Remove(z.logPath)
+}
+
+// close discards every waiting zygote; later takes return nil.
+func (p *zygotePool) close() error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	p.closed = true
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	var errs []error
+	for _, z := range ready {
+		z.discard()
+		if _, err := os.Stat(z.sockPath); err == nil {
+			errs = append(errs, fmt.Errorf("zygote socket %s left", z.sockPath))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,113 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// prespawnBackend returns a backend keeping one zygote for runnerDir, with
+// its socket and log dirs on the filesystem of the test temp dirs.
+func prespawnBackend(t testing.TB, runnerDir string) *Backend {
+	t.Helper()
+	dir := runtimetest.TempDir(t)
+	b, err := New(Config{
+		CgroupParent: testCgroupParent,
+		Logger:       slog.New(slog.DiscardHandler),
+		Prespawn: &Prespawn{
+			Size:      1,
+			RunnerDir: runnerDir,
+			UIDMap:    runtimetest.TestIDMap,
+			GIDMap:    runtimetest.TestIDMap,
+			SocketDir: filepath.Join(dir, "sock"),
+			LogDir:    filepath.Join(dir, "log"),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("closing backend: %v", err)
+		}
+	})
+	return b
+}
+
+// waitZygote waits until the pool has a zygote ready and returns its pid.
+func waitZygote(t testing.TB, b *Backend) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		b.pool.mu.Lock()
+		if n := len(b.pool.ready); n > 0 {
+			pid := b.pool.ready[n-1].g.pid
+			b.pool.mu.Unlock()
+			return pid
+		}
+		b.pool.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no zygote became ready")
+	return 0
+}
+
+// TestConformancePrespawn runs the whole conformance suite with zygotes.
+func TestConformancePrespawn(t *testing.T) {
+	testutil.Short(t)
+	f := fixture(t)
+	f.NewBackend = func(t *testing.T) runtime.Backend { return prespawnBackend(t, f.RunnerDir) }
+	runtimetest.Run(t, f)
+}
+
+// TestPrespawnUsesZygote checks that Create hands its config to the waiting
+// zygote (same pid becomes the guest), that the sandbox is fully set up and
+// confined like a cold one, and that the pool refills.
+func TestPrespawnUsesZygote(t *testing.T) {
+	testutil.RequiresRoot(t)
+	f := fixture(t)
+	b := prespawnBackend(t, f.RunnerDir)
+	zpid := waitZygote(t, b)
+
+	spec := runtimetest.NewSpec(t, runtimetest.NewID("zyg"), f.Layer, f.RunnerDir)
+	sb := runtimetest.Create(t, b, spec)
+	var st state
+	if err := json.Unmarshal(sb.State(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Pid != zpid {
+		t.Fatalf("guest pid %d, want the zygote %d", st.Pid, zpid)
+	}
+	out, _ := runtimetest.MustExec(t, sb.SocketPath(), "hostname; cat /proc/self/status | grep -E '^(Seccomp|NoNewPrivs|CapBnd):'")
+	for _, want := range []string{spec.ID, "Seccomp:\t2", "NoNewPrivs:\t1", "CapBnd:\t00000000a80425fb"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("zygote sandbox output lacks %q:\n%s", want, out)
+		}
+	}
+	cg, err := loadCgroup(b.mode, st.Cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := cg.contains(st.Pid); err != nil || !ok {
+		t.Errorf("zygote guest not in its sandbox cgroup: %v %v", ok, err)
+	}
+	if _, err := os.Stat(filepath.Join(spec.StateDir, guestLogName)); err != nil {
+		t.Errorf("guest log not moved into the state dir: %v", err)
+	}
+	if next := waitZygote(t, b); next == zpid {
+		t.Fatal("pool did not refill")
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	runtimetest.AssertGone(t, f, sb, spec)
+}
