@@ -55,6 +55,7 @@ type server struct {
 	etc    string // directory holding passwd and group
 	reaper *reaper
 	table  *table
+	tun    *tunnels
 }
 
 // Serve accepts connections on ln and serves each on its own goroutine
@@ -77,8 +78,9 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 	if err := markFDsCloexec(); err != nil {
 		log.Warn("marking inherited descriptors close-on-exec", "err", err)
 	}
-	s := &server{opts: opts, log: log, etc: "/etc", reaper: newReaper(), table: newTable(maxExited)}
+	s := &server{opts: opts, log: log, etc: "/etc", reaper: newReaper(), table: newTable(maxExited), tun: newTunnels(log)}
 	defer s.reaper.close()
+	defer s.tun.close()
 
 	var (
 		mu    sync.Mutex // guards conns
@@ -280,6 +282,8 @@ func (s *server) dispatch(c *conn, req *proto.Request) error {
 		return s.readArchive(c, req)
 	case proto.OpWriteArchive:
 		return s.writeArchive(c, req)
+	case proto.OpTunnel:
+		return s.tunnel(c, req)
 	}
 	return fmt.Errorf("unknown operation %q: %w", req.Op, errdefs.ErrNotImplemented)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/client"
+	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
@@ -48,6 +49,9 @@ type Config struct {
 	DefaultTemplate string
 	// DefaultResources fill in zero fields of a create request.
 	DefaultResources api.Resources
+	// Layers is the layer store templates live in; checkpoints are layers
+	// of it. Nil disables checkpoints, restore and fork.
+	Layers *layers.Store
 	// Version is the daemon's version, reported by Info.
 	Version string
 	Logger  *slog.Logger
@@ -60,6 +64,7 @@ type Manager struct {
 	backend   runtime.Backend
 	templates *templates.Manager
 	store     store.Store
+	tun       tunnelRegistry
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -250,6 +255,7 @@ func (m *Manager) paths(id string) sandboxPaths {
 // a daemon that shuts down leaves its sandboxes running for the next one to
 // re-adopt.
 func (m *Manager) Close() error {
+	m.stopTunnels()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true

@@ -121,7 +121,19 @@ const (
 	OpReadArchive = "read_archive"
 	// OpWriteArchive: C Data... (a tar stream) then EOF; S Result(null).
 	OpWriteArchive = "write_archive"
+	// OpTunnel: S Result(null) once the guest listens on 127.0.0.1:<port>
+	// inside the sandbox for every port in Request.Ports; from then on the
+	// connection carries a yamux session (the guest is the yamux client).
+	// For each connection accepted on an inside listener the guest opens a
+	// stream whose first 2 bytes are that port, big-endian, followed by the
+	// connection's bytes in both directions. A later tunnel operation
+	// replaces the session (and closes listeners of ports it does not name).
+	// See internal/guest/tunnel.go.
+	OpTunnel = "tunnel"
 )
+
+// MaxTunnelPorts bounds Request.Ports of OpTunnel.
+const MaxTunnelPorts = 16
 
 // Request is the header of every connection.
 type Request struct {
@@ -140,6 +152,7 @@ type Request struct {
 	Recursive  bool              `json:"recursive,omitempty"`   // remove
 	Mkdir      *api.MkdirRequest `json:"mkdir,omitempty"`       // mkdir
 	Move       *api.MoveRequest  `json:"move,omitempty"`        // move
+	Ports      []int             `json:"ports,omitempty"`       // tunnel
 }
 
 // VersionReply is the Result of OpVersion.
