@@ -123,7 +123,7 @@ START=$SECONDS
 if [[ " ${STEPS[*]} " == *" deps "* ]]; then
 	header "deps: scripts/install-deps.sh"
 	scripts/install-deps.sh </dev/null
-	SUMMARY+=("PASS  deps")
+	SUMMARY+=("$(printf 'PASS  %-12s %5ss' deps "$SECONDS")")
 fi
 step fmt check_fmt
 step vet go vet ./...
