@@ -56,11 +56,16 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (Exe
 		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
 	}
 	req.Background = false
-	s, err := b.guest.Exec(ctx, req)
+	r, err := m.prepareRun(ctx, b, &req)
 	if err != nil {
 		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
 	}
-	return s, nil
+	s, err := b.guest.Exec(ctx, req)
+	if err != nil {
+		m.endRun(r)
+		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
+	}
+	return m.wrapStream(b, s, r, s.Pid()), nil
 }
 
 // StartProcess starts a background process and returns at once.
@@ -75,10 +80,16 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
 	}
 	req.Background = true
-	p, err := b.guest.Start(ctx, req)
+	r, err := m.prepareRun(ctx, b, &req)
 	if err != nil {
 		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
 	}
+	p, err := b.guest.Start(ctx, req)
+	if err != nil {
+		m.endRun(r)
+		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
+	}
+	m.followRun(b, r, p.Pid)
 	return p, nil
 }
 
@@ -94,7 +105,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (
 	if err != nil {
 		return nil, fmt.Errorf("attaching to process %d in sandbox %s: %w", pid, id, err)
 	}
-	return s, nil
+	return m.wrapStream(b, s, nil, pid), nil
 }
 
 // ListProcesses lists the processes started through exec.

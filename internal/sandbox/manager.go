@@ -60,6 +60,7 @@ type Manager struct {
 	backend   runtime.Backend
 	templates *templates.Manager
 	store     store.Store
+	sec       secretState
 	tun       tunnelRegistry
 
 	// mu guards the fields below.
