@@ -99,6 +99,12 @@ type ExecRequest struct {
 	Background     bool              `json:"background,omitempty"`      // return at once with the pid; re-attach later
 	Secrets        []ExecSecret      `json:"secrets,omitempty"`         // stored secrets put in this process's environment only; see api/secrets.go
 	Token          bool              `json:"token,omitempty"`           // mint a bridge token for this run in env AGENTBOX_RUN_TOKEN
+	// CheckpointBefore takes a checkpoint of the sandbox before the command
+	// starts; RollbackOnFailure (which implies it) restores that checkpoint
+	// when the command exits non-zero, is killed or times out, before the
+	// exit event is sent. Not with background.
+	CheckpointBefore  bool `json:"checkpoint_before,omitempty"`
+	RollbackOnFailure bool `json:"rollback_on_failure,omitempty"`
 }
 
 // Exec event types, one JSON object per line in an exec or attach stream
@@ -120,6 +126,11 @@ type ExecEvent struct {
 	Signal   string `json:"signal,omitempty"`    // e.g. "KILL" when killed by a signal
 	TimedOut bool   `json:"timed_out,omitempty"`
 	Error    *Error `json:"error,omitempty"`
+	// Checkpoint is the id of the automatic checkpoint taken before the
+	// command (exit event of a checkpoint_before exec); RolledBack says the
+	// sandbox was restored to it.
+	Checkpoint string `json:"checkpoint,omitempty"`
+	RolledBack bool   `json:"rolled_back,omitempty"`
 }
 
 // Process describes a process started through exec.

@@ -116,6 +116,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		RunDir:          filepath.Dir(cfg.SocketPath),
 		RunnerDir:       runnerDir,
 		IDs:             ids,
+		Layers:          ls,
 		DefaultTemplate: cfg.DefaultTemplate,
 		DefaultResources: api.Resources{
 			CPUs:        cfg.DefaultResources.CPUs,

@@ -87,7 +87,7 @@ type route struct {
 }
 
 func (h *handler) routes() []route {
-	return []route{
+	return append([]route{
 		{"GET", "/v1/health", h.health},
 		{"GET", "/v1/info", h.info},
 		{"GET", "/v1/openapi.yaml", h.openapi},
@@ -113,7 +113,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates", h.listTemplates},
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
-	}
+	}, h.checkpointRoutes()...)
 }
 
 // reqState is per-request data shared by the middleware and handlers.

@@ -274,11 +274,16 @@ func (m *Manager) register(b *box) error {
 	return nil
 }
 
-// watch marks the sandbox stopped when its guest exits on its own.
+// watch marks the sandbox stopped when its guest exits on its own. A guest
+// replaced meanwhile (restore) is not the sandbox's any more: its exit is
+// ignored.
 func (m *Manager) watch(b *box) {
-	<-b.rt.Wait()
 	b.mu.Lock()
-	deleted := b.deleted
+	rt := b.rt
+	b.mu.Unlock()
+	<-rt.Wait()
+	b.mu.Lock()
+	deleted := b.deleted || b.rt != rt
 	if !deleted {
 		b.rec.Sandbox.State = api.StateStopped
 	}
@@ -330,6 +335,7 @@ func (m *Manager) DeleteSandbox(ctx context.Context, id string) error {
 	if err := m.store.DeleteSandbox(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("deleting record: %w", err))
 	}
+	m.releaseLayers(ctx, id)
 	m.mu.Lock()
 	delete(m.sandboxes, id)
 	m.mu.Unlock()

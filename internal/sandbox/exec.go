@@ -46,6 +46,9 @@ func (m *Manager) execRequest(b *box, req api.ExecRequest) (api.ExecRequest, err
 
 // Exec starts a process in the sandbox and streams its events.
 func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (ExecStream, error) {
+	if req.CheckpointBefore || req.RollbackOnFailure {
+		return m.execTransaction(ctx, id, req)
+	}
 	b, release, err := m.acquire(id)
 	if err != nil {
 		return nil, err
@@ -70,6 +73,9 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (Exe
 
 // StartProcess starts a background process and returns at once.
 func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
+	if req.CheckpointBefore || req.RollbackOnFailure {
+		return api.Process{}, fmt.Errorf("starting process in sandbox %s: checkpoint_before and rollback_on_failure need a foreground exec: %w", id, errdefs.ErrInvalidArgument)
+	}
 	b, release, err := m.acquire(id)
 	if err != nil {
 		return api.Process{}, err

@@ -27,6 +27,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/client"
+	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
@@ -48,6 +49,9 @@ type Config struct {
 	DefaultTemplate string
 	// DefaultResources fill in zero fields of a create request.
 	DefaultResources api.Resources
+	// Layers is the layer store templates live in; checkpoints are layers
+	// of it. Nil disables checkpoints, restore and fork.
+	Layers *layers.Store
 	// Version is the daemon's version, reported by Info.
 	Version string
 	Logger  *slog.Logger

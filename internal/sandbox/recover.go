@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/client"
+	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -56,6 +57,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		reaped++
 	}
+	m.recoverCheckpoints(ctx)
 	m.log.InfoContext(ctx, "sandboxes recovered", "adopted", adopted, "reaped", reaped)
 	return nil
 }
@@ -67,6 +69,13 @@ func (m *Manager) adopt(ctx context.Context, rec store.SandboxRecord) error {
 	rt, err := m.backend.Recover(ctx, m.runtimeSpec(rec), rec.RuntimeState)
 	if err != nil {
 		return err
+	}
+	// A daemon that died mid-checkpoint may have left it frozen.
+	if p, ok := rt.(runtime.Pauser); ok {
+		if err := p.Resume(ctx); err != nil {
+			_ = rt.Destroy(context.WithoutCancel(ctx))
+			return fmt.Errorf("thawing: %w", err)
+		}
 	}
 	guest := client.New(rt.SocketPath())
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -97,5 +106,6 @@ func (m *Manager) reap(ctx context.Context, rec store.SandboxRecord) error {
 	if err := m.store.DeleteSandbox(ctx, rec.Sandbox.ID); err != nil {
 		errs = append(errs, err)
 	}
+	m.releaseLayers(ctx, rec.Sandbox.ID)
 	return errors.Join(errs...)
 }

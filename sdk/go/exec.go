@@ -21,6 +21,11 @@ type Result struct {
 	ExitCode int    // -1 when killed by a signal
 	Signal   string // e.g. "KILL" when killed by a signal
 	TimedOut bool   // killed because its timeout expired
+	// Checkpoint is the id of the checkpoint taken before the command
+	// (WithCheckpoint, WithRollbackOnFailure); RolledBack says the sandbox
+	// was restored to it because the command failed.
+	Checkpoint string
+	RolledBack bool
 }
 
 // Streams says where a command's output goes while it runs.
@@ -198,6 +203,7 @@ func (s *Sandbox) follow(body io.Reader, pid int, st Streams) (*Result, error) {
 				res.ExitCode = *ev.ExitCode
 			}
 			res.Signal, res.TimedOut = ev.Signal, ev.TimedOut
+			res.Checkpoint, res.RolledBack = ev.Checkpoint, ev.RolledBack
 			return res, nil
 		case api.EventError:
 			collect()

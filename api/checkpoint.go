@@ -1,0 +1,59 @@
+package api
+
+import "time"
+
+// Checkpoint is a saved, immutable state of a sandbox's filesystem: its
+// writable layer captured as a read-only layer on top of the layers it ran
+// on. Restoring or forking from it yields byte-identical files.
+type Checkpoint struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	SandboxID string            `json:"sandbox_id"` // the sandbox it was taken of (may be deleted since)
+	Template  string            `json:"template"`
+	// Layers is the layer chain, top-most first; Layers[0] holds the
+	// sandbox's changes at checkpoint time.
+	Layers    []string  `json:"layers"`
+	SizeBytes int64     `json:"size_bytes"` // bytes of the checkpoint's own layer
+	CreatedAt time.Time `json:"created_at"`
+	// DurationMS is how long the sandbox was frozen while its state was
+	// captured (set in the create response only).
+	DurationMS int64 `json:"duration_ms,omitempty"`
+}
+
+// CheckpointList is the body of GET /v1/sandboxes/{id}/checkpoints.
+type CheckpointList struct {
+	Checkpoints []Checkpoint `json:"checkpoints"`
+}
+
+// CreateCheckpointRequest is the body of POST /v1/sandboxes/{id}/checkpoints.
+type CreateCheckpointRequest struct {
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// RestoreRequest is the body of POST /v1/sandboxes/{id}/restore.
+type RestoreRequest struct {
+	Checkpoint string `json:"checkpoint"` // id or name of one of the sandbox's checkpoints
+}
+
+// RestoreResult is the response of POST /v1/sandboxes/{id}/restore.
+type RestoreResult struct {
+	Sandbox    Sandbox `json:"sandbox"`
+	Checkpoint string  `json:"checkpoint"`  // id of the checkpoint restored
+	DurationMS int64   `json:"duration_ms"` // time from stop to the guest answering again
+}
+
+// ForkRequest is the body of POST /v1/checkpoints/{cid}/fork and
+// POST /v1/sandboxes/{id}/fork.
+type ForkRequest struct {
+	Count  int               `json:"count,omitempty"`  // default 1
+	Labels map[string]string `json:"labels,omitempty"` // labels of every fork
+	Env    map[string]string `json:"env,omitempty"`    // merged over the source sandbox's env
+}
+
+// ForkResult is the response of the fork routes.
+type ForkResult struct {
+	Checkpoint string    `json:"checkpoint"` // the checkpoint the forks start from
+	Sandboxes  []Sandbox `json:"sandboxes"`
+}

@@ -1,0 +1,194 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// CheckpointService is implemented by a Service that can checkpoint,
+// restore and fork sandboxes; its routes exist only then. The contract of
+// Service applies; checkpoint ids are validated like sandbox ids.
+type CheckpointService interface {
+	// CreateCheckpoint captures the running sandbox's filesystem (frozen
+	// meanwhile) as an immutable checkpoint.
+	CreateCheckpoint(ctx context.Context, id string, req api.CreateCheckpointRequest) (api.Checkpoint, error)
+	// ListCheckpoints lists the checkpoints of sandbox id, or all when id
+	// is "".
+	ListCheckpoints(ctx context.Context, id string) ([]api.Checkpoint, error)
+	// GetCheckpoint returns one checkpoint.
+	GetCheckpoint(ctx context.Context, cid string) (api.Checkpoint, error)
+	// DeleteCheckpoint deletes a checkpoint; ErrConflict while a sandbox
+	// runs on it.
+	DeleteCheckpoint(ctx context.Context, cid string) error
+	// Restore puts the sandbox back to a checkpoint (id or name), restarting
+	// its processes.
+	Restore(ctx context.Context, id, checkpoint string) (api.RestoreResult, error)
+	// ForkCheckpoint creates sandboxes from a checkpoint.
+	ForkCheckpoint(ctx context.Context, cid string, req api.ForkRequest) (api.ForkResult, error)
+	// ForkSandbox checkpoints a running sandbox and forks that checkpoint.
+	ForkSandbox(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error)
+}
+
+// checkpointRoutes are the routes of CheckpointService, when svc has it.
+func (h *handler) checkpointRoutes() []route {
+	cs, ok := h.svc.(CheckpointService)
+	if !ok {
+		return nil
+	}
+	c := checkpointHandlers{h: h, svc: cs}
+	return []route{
+		{"POST", "/v1/sandboxes/{id}/checkpoints", c.create},
+		{"GET", "/v1/sandboxes/{id}/checkpoints", c.listOfSandbox},
+		{"POST", "/v1/sandboxes/{id}/restore", c.restore},
+		{"POST", "/v1/sandboxes/{id}/fork", c.forkSandbox},
+		{"GET", "/v1/checkpoints", c.listAll},
+		{"GET", "/v1/checkpoints/{cid}", c.get},
+		{"DELETE", "/v1/checkpoints/{cid}", c.delete},
+		{"POST", "/v1/checkpoints/{cid}/fork", c.forkCheckpoint},
+	}
+}
+
+type checkpointHandlers struct {
+	h   *handler
+	svc CheckpointService
+}
+
+func checkpointID(r *http.Request) (string, error) {
+	id := r.PathValue("cid")
+	if !sandboxIDRe.MatchString(id) {
+		return "", errorf("invalid checkpoint id %q: want ^[a-z0-9][a-z0-9-]{0,63}$", clip(id))
+	}
+	return id, nil
+}
+
+func (c checkpointHandlers) create(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var req api.CreateCheckpointRequest
+	if err := c.h.decodeJSON(w, r, &req, true); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ck, err := c.svc.CreateCheckpoint(r.Context(), id, req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ck)
+}
+
+func (c checkpointHandlers) listOfSandbox(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	c.list(w, r, id)
+}
+
+func (c checkpointHandlers) listAll(w http.ResponseWriter, r *http.Request) { c.list(w, r, "") }
+
+func (c checkpointHandlers) list(w http.ResponseWriter, r *http.Request, id string) {
+	cks, err := c.svc.ListCheckpoints(r.Context(), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if cks == nil {
+		cks = []api.Checkpoint{}
+	}
+	writeJSON(w, http.StatusOK, api.CheckpointList{Checkpoints: cks})
+}
+
+func (c checkpointHandlers) get(w http.ResponseWriter, r *http.Request) {
+	cid, err := checkpointID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ck, err := c.svc.GetCheckpoint(r.Context(), cid)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ck)
+}
+
+func (c checkpointHandlers) delete(w http.ResponseWriter, r *http.Request) {
+	cid, err := checkpointID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := c.svc.DeleteCheckpoint(r.Context(), cid); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (c checkpointHandlers) restore(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var req api.RestoreRequest
+	if err := c.h.decodeJSON(w, r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if req.Checkpoint == "" || len(req.Checkpoint) > 128 {
+		writeError(w, r, errorf("checkpoint must be a checkpoint id or name of at most 128 bytes"))
+		return
+	}
+	res, err := c.svc.Restore(r.Context(), id, req.Checkpoint)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (c checkpointHandlers) forkSandbox(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var req api.ForkRequest
+	if err := c.h.decodeJSON(w, r, &req, true); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	res, err := c.svc.ForkSandbox(r.Context(), id, req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, res)
+}
+
+func (c checkpointHandlers) forkCheckpoint(w http.ResponseWriter, r *http.Request) {
+	cid, err := checkpointID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var req api.ForkRequest
+	if err := c.h.decodeJSON(w, r, &req, true); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	res, err := c.svc.ForkCheckpoint(r.Context(), cid, req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, res)
+}

@@ -1,0 +1,522 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/client"
+	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Checkpoints.
+//
+// A checkpoint is the sandbox's writable overlay upper directory, copied
+// while the sandbox is frozen into a new immutable layer of the layer store
+// whose parent is the top of the layers the sandbox runs on, plus a record
+// in the metadata store. The record holds a reference on its layer
+// ("checkpoint/<id>"); every sandbox that runs on a checkpoint (forked or restored) holds one on its top layer
+// ("sandbox/<id>"), so a checkpoint a sandbox runs on cannot be deleted.
+// Sandboxes created from a template rely on the template's reference.
+//
+// Restore replaces the sandbox's layers by the checkpoint's chain and its
+// upper by an empty directory, and restarts its guest under the same id and
+// socket: every file is then exactly as captured, whatever happened to the
+// template's files since. Processes do not survive a restore. A backend able
+// to checkpoint memory could add that as an optional interface next to
+// runtime.Pauser; the filesystem path here would stay as it is.
+//
+// Checkpoint, restore and fork of a sandbox take its lifecycle lock
+// exclusively: they are serialised with each other, with delete, and with
+// the set-up of exec and file calls.
+
+// Owners of layer references.
+func sandboxRef(id string) string    { return "sandbox/" + id }
+func checkpointRef(id string) string { return "checkpoint/" + id }
+
+const maxCheckpointName = 128
+
+// checkpoints returns the checkpoint store, or ErrFailedPrecondition when
+// the daemon was assembled without one.
+func (m *Manager) checkpoints() (store.CheckpointStore, *layers.Store, error) {
+	cs, ok := m.store.(store.CheckpointStore)
+	if !ok || m.cfg.Layers == nil {
+		return nil, nil, fmt.Errorf("checkpoints need a layer store and a checkpoint store: %w", errdefs.ErrFailedPrecondition)
+	}
+	return cs, m.cfg.Layers, nil
+}
+
+func validateCheckpointRequest(req api.CreateCheckpointRequest) error {
+	if len(req.Name) > maxCheckpointName || strings.ContainsAny(req.Name, "\x00\n") {
+		return fmt.Errorf("checkpoint name must be at most %d characters on one line: %w", maxCheckpointName, errdefs.ErrInvalidArgument)
+	}
+	return validateLabels(req.Labels)
+}
+
+func validateLabels(labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return fmt.Errorf("at most %d labels: %w", maxLabels, errdefs.ErrInvalidArgument)
+	}
+	for k, v := range labels {
+		if len(k) > maxKeyLen || !labelKeyRE.MatchString(k) {
+			return fmt.Errorf("label key %q is not valid: %w", k, errdefs.ErrInvalidArgument)
+		}
+		if len(v) > maxValueLen || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("label %q: value is not valid: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// lockRunning takes the sandbox's lifecycle lock exclusively and checks
+// that it is running; the caller calls unlock.
+func (m *Manager) lockRunning(id string) (b *box, unlock func(), err error) {
+	b, err = m.get(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.life.Lock()
+	b.mu.Lock()
+	state, deleted := b.rec.Sandbox.State, b.deleted
+	b.mu.Unlock()
+	switch {
+	case deleted:
+		b.life.Unlock()
+		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	case state != api.StateRunning:
+		b.life.Unlock()
+		return nil, nil, fmt.Errorf("sandbox %s is %s: %w", id, state, errdefs.ErrConflict)
+	}
+	return b, b.life.Unlock, nil
+}
+
+// CreateCheckpoint captures the sandbox's filesystem as a checkpoint. The
+// sandbox is frozen while its changes are copied and thawed on every path;
+// its processes keep running afterwards. The returned DurationMS is the
+// time it was frozen.
+func (m *Manager) CreateCheckpoint(ctx context.Context, id string, req api.CreateCheckpointRequest) (api.Checkpoint, error) {
+	if err := validateCheckpointRequest(req); err != nil {
+		return api.Checkpoint{}, fmt.Errorf("checkpointing sandbox %s: %w", id, err)
+	}
+	b, unlock, err := m.lockRunning(id)
+	if err != nil {
+		return api.Checkpoint{}, err
+	}
+	defer unlock()
+	rec, err := m.checkpointLocked(ctx, b, req)
+	if err != nil {
+		return api.Checkpoint{}, fmt.Errorf("checkpointing sandbox %s: %w", id, err)
+	}
+	m.log.InfoContext(ctx, "checkpoint created", "sandbox", id, "checkpoint", rec.Checkpoint.ID,
+		"size", rec.Checkpoint.SizeBytes, "frozen_ms", rec.Checkpoint.DurationMS)
+	return rec.Checkpoint, nil
+}
+
+// checkpointLocked does CreateCheckpoint with b.life held exclusively.
+func (m *Manager) checkpointLocked(ctx context.Context, b *box, req api.CreateCheckpointRequest) (store.CheckpointRecord, error) {
+	cs, ls, err := m.checkpoints()
+	if err != nil {
+		return store.CheckpointRecord{}, err
+	}
+	b.mu.Lock()
+	sb, rt, lowers, upper := b.rec.Sandbox, b.rt, slices.Clone(b.rec.Layers), b.rec.UpperDir
+	b.mu.Unlock()
+	if len(lowers) == 0 {
+		return store.CheckpointRecord{}, fmt.Errorf("sandbox has no layers: %w", errdefs.ErrFailedPrecondition)
+	}
+	parent, err := ls.ByPath(lowers[0])
+	if err != nil {
+		return store.CheckpointRecord{}, fmt.Errorf("top layer: %w", err)
+	}
+
+	start := time.Now()
+	layer, err := m.captureFrozen(ctx, rt, upper, parent.ID)
+	frozen := time.Since(start)
+	if err != nil {
+		return store.CheckpointRecord{}, err
+	}
+	chain, err := ls.Chain(layer.ID)
+	if err != nil {
+		return store.CheckpointRecord{}, err
+	}
+	cid := newID()
+	rec := store.CheckpointRecord{
+		Checkpoint: api.Checkpoint{
+			ID:         cid,
+			Name:       req.Name,
+			Labels:     cloneMap(req.Labels),
+			SandboxID:  sb.ID,
+			Template:   sb.Template,
+			SizeBytes:  layer.Size,
+			CreatedAt:  time.Now().UTC(),
+			DurationMS: frozen.Milliseconds(),
+		},
+		Layer:      layer.ID,
+		Env:        cloneMap(sb.Env),
+		Resources:  sb.Resources,
+		TemplateID: sb.TemplateID,
+	}
+	for _, l := range chain {
+		rec.Checkpoint.Layers = append(rec.Checkpoint.Layers, l.ID)
+	}
+	// The reference first, then the record: a crash in between leaves an
+	// unlisted layer (garbage for the collector), never a listed checkpoint
+	// without its layer.
+	if err := ls.Ref(ctx, layer.ID, checkpointRef(cid)); err != nil {
+		return store.CheckpointRecord{}, err
+	}
+	if err := cs.PutCheckpoint(ctx, rec); err != nil {
+		m.dropLayer(context.WithoutCancel(ctx), layer.ID, checkpointRef(cid))
+		return store.CheckpointRecord{}, err
+	}
+	return rec, nil
+}
+
+// captureFrozen freezes rt (when its backend can), copies upper into a new
+// layer on parent, and thaws, whatever happens in between.
+func (m *Manager) captureFrozen(ctx context.Context, rt runtime.Sandbox, upper, parent string) (_ layers.Layer, err error) {
+	if p, ok := rt.(runtime.Pauser); ok {
+		if err := p.Pause(ctx); err != nil {
+			return layers.Layer{}, err
+		}
+		defer func() {
+			if rerr := p.Resume(context.WithoutCancel(ctx)); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("thawing: %w", rerr))
+			}
+		}()
+	}
+	return m.cfg.Layers.CreateFromCopy(ctx, upper, layers.CreateOptions{Parent: parent})
+}
+
+// dropLayer releases owner's reference on layer id and removes the layer
+// when nothing else uses it. A layer still in use is kept (not an error).
+func (m *Manager) dropLayer(ctx context.Context, id, owner string) {
+	ls := m.cfg.Layers
+	if err := ls.Unref(ctx, id, owner); err != nil {
+		m.log.WarnContext(ctx, "releasing layer", "layer", id, "owner", owner, "err", err)
+		return
+	}
+	l, err := ls.Get(id)
+	if err != nil || len(l.Refs) > 0 {
+		return
+	}
+	if err := ls.Remove(ctx, id); err != nil && !errdefs.IsConflict(err) && !errdefs.IsNotFound(err) {
+		m.log.WarnContext(ctx, "removing layer", "layer", id, "err", err)
+	}
+}
+
+// ListCheckpoints returns the checkpoints taken of sandbox id, oldest
+// first; id "" lists all. Checkpoints outlive their sandbox: listing those
+// of a deleted sandbox works while any are left, then it is ErrNotFound.
+func (m *Manager) ListCheckpoints(ctx context.Context, id string) ([]api.Checkpoint, error) {
+	cs, _, err := m.checkpoints()
+	if err != nil {
+		return nil, err
+	}
+	recs, err := cs.ListCheckpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Checkpoint{}
+	for _, r := range recs {
+		if id == "" || r.Checkpoint.SandboxID == id {
+			r.Checkpoint.DurationMS = 0
+			out = append(out, r.Checkpoint)
+		}
+	}
+	if id != "" && len(out) == 0 {
+		if _, err := m.get(id); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(out, func(a, b api.Checkpoint) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// GetCheckpoint returns one checkpoint.
+func (m *Manager) GetCheckpoint(ctx context.Context, cid string) (api.Checkpoint, error) {
+	rec, err := m.checkpointRecord(ctx, cid)
+	if err != nil {
+		return api.Checkpoint{}, err
+	}
+	rec.Checkpoint.DurationMS = 0
+	return rec.Checkpoint, nil
+}
+
+func (m *Manager) checkpointRecord(ctx context.Context, cid string) (store.CheckpointRecord, error) {
+	cs, _, err := m.checkpoints()
+	if err != nil {
+		return store.CheckpointRecord{}, err
+	}
+	return cs.GetCheckpoint(ctx, cid)
+}
+
+// resolveCheckpoint finds ref, a checkpoint id or the name of one of sandbox
+// id's checkpoints (the newest of that name).
+func (m *Manager) resolveCheckpoint(ctx context.Context, id, ref string) (store.CheckpointRecord, error) {
+	cs, _, err := m.checkpoints()
+	if err != nil {
+		return store.CheckpointRecord{}, err
+	}
+	rec, err := cs.GetCheckpoint(ctx, ref)
+	if err == nil || !errdefs.IsNotFound(err) {
+		return rec, err
+	}
+	recs, lerr := cs.ListCheckpoints(ctx)
+	if lerr != nil {
+		return store.CheckpointRecord{}, lerr
+	}
+	var found *store.CheckpointRecord
+	for i, r := range recs {
+		if r.Checkpoint.SandboxID == id && r.Checkpoint.Name == ref &&
+			(found == nil || r.Checkpoint.CreatedAt.After(found.Checkpoint.CreatedAt)) {
+			found = &recs[i]
+		}
+	}
+	if found == nil {
+		return store.CheckpointRecord{}, err
+	}
+	return *found, nil
+}
+
+// DeleteCheckpoint deletes a checkpoint. It fails with ErrConflict while a
+// sandbox runs on it (restored to it or forked from it). Its layer is
+// removed unless other checkpoints share it or are stacked on it.
+func (m *Manager) DeleteCheckpoint(ctx context.Context, cid string) error {
+	cs, ls, err := m.checkpoints()
+	if err != nil {
+		return err
+	}
+	rec, err := cs.GetCheckpoint(ctx, cid)
+	if err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	// Sandboxes reference their top layer under m.mu-free bookkeeping;
+	// serialise with forks and restores through the layer store's refs.
+	l, err := ls.Get(rec.Layer)
+	if err == nil {
+		var users []string
+		for _, r := range l.Refs {
+			if s, ok := strings.CutPrefix(r, "sandbox/"); ok {
+				users = append(users, s)
+			}
+		}
+		if len(users) > 0 {
+			return fmt.Errorf("deleting checkpoint %s: sandboxes %s run on it: %w", cid, strings.Join(users, ", "), errdefs.ErrConflict)
+		}
+	}
+	if err := cs.DeleteCheckpoint(ctx, cid); err != nil {
+		return err
+	}
+	m.dropLayer(ctx, rec.Layer, checkpointRef(cid))
+	m.log.InfoContext(ctx, "checkpoint deleted", "checkpoint", cid)
+	return nil
+}
+
+// Restore puts sandbox id back to checkpoint ref (an id, or the name of one
+// of its checkpoints): its guest and every process are stopped, its layers
+// become the checkpoint's chain with an empty writable layer on top, and
+// the guest is started again under the same id, hostname and socket.
+func (m *Manager) Restore(ctx context.Context, id, ref string) (api.RestoreResult, error) {
+	if ref == "" {
+		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: checkpoint is required: %w", id, errdefs.ErrInvalidArgument)
+	}
+	rec, err := m.resolveCheckpoint(ctx, id, ref)
+	if err != nil {
+		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: %w", id, err)
+	}
+	b, unlock, err := m.lockRunning(id)
+	if err != nil {
+		return api.RestoreResult{}, err
+	}
+	defer unlock()
+	start := time.Now()
+	if err := m.restoreLocked(ctx, b, rec); err != nil {
+		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: %w", id, err)
+	}
+	d := time.Since(start)
+	m.log.InfoContext(ctx, "sandbox restored", "sandbox", id, "checkpoint", rec.Checkpoint.ID, "ms", d.Milliseconds())
+	return api.RestoreResult{Sandbox: b.view(), Checkpoint: rec.Checkpoint.ID, DurationMS: d.Milliseconds()}, nil
+}
+
+// restoreLocked does Restore with b.life held exclusively. When the guest
+// cannot be started again the sandbox is left stopped (only delete works).
+func (m *Manager) restoreLocked(ctx context.Context, b *box, ck store.CheckpointRecord) error {
+	ls := m.cfg.Layers
+	paths, err := ls.Paths(ck.Layer)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", ck.Checkpoint.ID, err)
+	}
+	ctx = context.WithoutCancel(ctx) // a half-done restore must be finished
+	b.mu.Lock()
+	old := b.rt
+	rec := b.rec
+	b.rt = nil // the watcher of old ignores its exit
+	b.mu.Unlock()
+	id := rec.Sandbox.ID
+	if err := ls.Ref(ctx, ck.Layer, sandboxRef(id)); err != nil {
+		b.mu.Lock()
+		b.rt = old
+		b.mu.Unlock()
+		return err
+	}
+	oldTop := ""
+	if len(rec.Layers) > 0 {
+		if l, err := ls.ByPath(rec.Layers[0]); err == nil {
+			oldTop = l.ID
+		}
+	}
+	fail := func(err error) error {
+		b.mu.Lock()
+		b.rt = old
+		b.rec.Sandbox.State = api.StateStopped
+		r := b.rec
+		b.mu.Unlock()
+		r.UpdatedAt = time.Now().UTC()
+		if perr := m.store.PutSandbox(ctx, r); perr != nil {
+			m.log.ErrorContext(ctx, "saving sandbox record", "sandbox", id, "err", perr)
+		}
+		return err
+	}
+	if err := old.Destroy(ctx); err != nil {
+		return fail(err)
+	}
+	trash, err := m.freshUpper(id)
+	if err != nil {
+		return fail(err)
+	}
+	go func() { _ = os.RemoveAll(trash) }()
+
+	rec.Layers = paths
+	p := m.paths(id)
+	if err := os.MkdirAll(p.state, 0o700); err != nil {
+		return fail(err)
+	}
+	rt, err := m.backend.Create(ctx, m.runtimeSpec(rec))
+	if err != nil {
+		return fail(err)
+	}
+	guest := client.New(rt.SocketPath())
+	vctx, cancel := context.WithTimeout(ctx, guestReadyWait)
+	version, err := guest.Version(vctx)
+	cancel()
+	if err != nil {
+		_ = rt.Destroy(ctx)
+		return fail(fmt.Errorf("waiting for guest: %w", err))
+	}
+	rec.Sandbox.GuestVersion = version
+	rec.Sandbox.State = api.StateRunning
+	rec.RuntimeState = rt.State()
+	rec.UpdatedAt = time.Now().UTC()
+	b.mu.Lock()
+	b.rt, b.guest = rt, guest
+	b.rec.Layers = rec.Layers
+	b.rec.RuntimeState = rec.RuntimeState
+	b.rec.Sandbox.GuestVersion = version
+	b.rec.Sandbox.State = api.StateRunning
+	rec = b.rec
+	b.mu.Unlock()
+	go m.watch(b)
+	if err := m.store.PutSandbox(ctx, rec); err != nil {
+		return err
+	}
+	if oldTop != "" && oldTop != ck.Layer {
+		if err := ls.Unref(ctx, oldTop, sandboxRef(id)); err != nil {
+			m.log.WarnContext(ctx, "releasing layer", "layer", oldTop, "err", err)
+		}
+	}
+	return nil
+}
+
+// freshUpper replaces the sandbox's upper and work dirs by empty ones owned
+// by the mapped root and returns the directory holding the old ones (for
+// the caller to remove; Recover removes leftovers).
+func (m *Manager) freshUpper(id string) (string, error) {
+	p := m.paths(id)
+	trash, err := os.MkdirTemp(p.dir, trashPrefix)
+	if err != nil {
+		return "", err
+	}
+	for _, d := range []string{p.upper, p.work} {
+		if err := os.Rename(d, filepath.Join(trash, filepath.Base(d))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return trash, err
+		}
+	}
+	if err := m.mkUpperWork(p); err != nil {
+		return trash, err
+	}
+	return trash, nil
+}
+
+// trashPrefix names directories of replaced upper dirs inside a sandbox dir.
+const trashPrefix = ".old-"
+
+func (m *Manager) mkUpperWork(p sandboxPaths) error {
+	for _, d := range []string{p.upper, p.work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+		if err := os.Lchown(d, int(m.cfg.IDs.HostID), int(m.cfg.IDs.HostID)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseLayers drops every layer reference of sandbox id.
+func (m *Manager) releaseLayers(ctx context.Context, id string) {
+	if m.cfg.Layers == nil {
+		return
+	}
+	owner := sandboxRef(id)
+	for _, l := range m.cfg.Layers.List() {
+		if slices.Contains(l.Refs, owner) {
+			if err := m.cfg.Layers.Unref(ctx, l.ID, owner); err != nil {
+				m.log.WarnContext(ctx, "releasing layer", "layer", l.ID, "sandbox", id, "err", err)
+			}
+		}
+	}
+}
+
+// recoverCheckpoints runs at start-up, after the sandboxes are recovered:
+// references of sandboxes that no longer exist are dropped and leftovers of
+// replaced upper dirs are removed.
+func (m *Manager) recoverCheckpoints(ctx context.Context) {
+	if m.cfg.Layers == nil {
+		return
+	}
+	m.mu.Lock()
+	live := make(map[string]bool, len(m.sandboxes))
+	for id := range m.sandboxes {
+		live[id] = true
+	}
+	m.mu.Unlock()
+	for _, l := range m.cfg.Layers.List() {
+		for _, r := range l.Refs {
+			if id, ok := strings.CutPrefix(r, "sandbox/"); ok && !live[id] {
+				_ = m.cfg.Layers.Unref(ctx, l.ID, r)
+			}
+		}
+	}
+	for id := range live {
+		old, _ := filepath.Glob(filepath.Join(m.paths(id).dir, trashPrefix+"*"))
+		for _, d := range old {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
