@@ -82,7 +82,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b := &Backend{cgroupParent: cfg.CgroupParent, mode: mode, log: cfg.Logger.With("backend", Name)}
 	if cfg.Prespawn != nil {
-		pool, err := newZygotePool(*cfg.Prespawn, b.log)
+		pool, err := newZygotePool(*cfg.Prespawn, mode, cfg.CgroupParent, b.log)
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/cgroups/v3"
@@ -72,7 +73,13 @@ var v1Controllers = map[cgroup1.Name]bool{
 	cgroup1.Cpuacct: true, cgroup1.Memory: true,
 }
 
-func v1Hierarchy() ([]cgroup1.Subsystem, error) {
+// v1Hierarchy returns the v1 subsystems a sandbox joins. The mount table
+// is read once per process: parsing it on every create and claim cost
+// about a millisecond, and hierarchies are not remounted under a running
+// daemon.
+var v1Hierarchy = sync.OnceValues(readV1Hierarchy)
+
+func readV1Hierarchy() ([]cgroup1.Subsystem, error) {
 	all, err := cgroup1.Default()
 	if err != nil {
 		return nil, err
@@ -136,6 +143,20 @@ func newCgroupV1(path string, res runtime.Resources) (cgroupManager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading v1 hierarchies: %w", err)
 	}
+	spec := v1Resources(subs, res)
+	cg, err := cgroup1.New(cgroup1.StaticPath(path), spec, cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subs, nil }))
+	if err != nil {
+		// New may have created some hierarchies before failing.
+		if old, lerr := cgroup1.Load(cgroup1.StaticPath(path), cgroup1.WithHierarchy(v1Hierarchy)); lerr == nil {
+			_ = old.Delete()
+		}
+		return nil, fmt.Errorf("creating v1 cgroup %s: %w", path, err)
+	}
+	return v1FromCgroup(cg, path)
+}
+
+// v1Resources translates limits into the OCI form cgroup1 applies.
+func v1Resources(subs []cgroup1.Subsystem, res runtime.Resources) *specs.LinuxResources {
 	spec := &specs.LinuxResources{}
 	if res.CPUs > 0 {
 		period := uint64(cfsPeriod)
@@ -161,15 +182,49 @@ func newCgroupV1(path string, res runtime.Resources) (cgroupManager, error) {
 		n := res.PidsMax
 		spec.Pids = &specs.LinuxPids{Limit: &n}
 	}
-	cg, err := cgroup1.New(cgroup1.StaticPath(path), spec, cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subs, nil }))
-	if err != nil {
-		// New may have created some hierarchies before failing.
-		if old, lerr := cgroup1.Load(cgroup1.StaticPath(path), cgroup1.WithHierarchy(v1Hierarchy)); lerr == nil {
-			_ = old.Delete()
+	return spec
+}
+
+// renameTo renames the cgroup to path in every hierarchy and applies res.
+// Renaming moves no process, so unlike writing to cgroup.procs it never
+// waits for an RCU grace period; prespawned guests are placed in a cgroup
+// of their own in the background and renamed into the sandbox's on claim.
+// Only v1 hierarchies support rename.
+func (c *cgroupV1) renameTo(path string, res runtime.Resources) (*cgroupV1, error) {
+	renamed := map[string]bool{} // co-mounted controllers share a dir
+	for name, dir := range c.dir {
+		root := strings.TrimSuffix(dir, c.path)
+		if root == dir {
+			return nil, fmt.Errorf("cgroup %s: %s dir %s does not end in its path", c.path, name, dir)
 		}
-		return nil, fmt.Errorf("creating v1 cgroup %s: %w", path, err)
+		real, err := filepath.EvalSymlinks(root)
+		if err != nil {
+			return nil, fmt.Errorf("renaming cgroup %s: %w", c.path, err)
+		}
+		if renamed[real] {
+			continue
+		}
+		renamed[real] = true
+		if err := os.Rename(dir, root+path); err != nil {
+			return nil, fmt.Errorf("renaming cgroup %s to %s: %w", c.path, path, err)
+		}
 	}
-	return v1FromCgroup(cg, path)
+	subs, err := v1Hierarchy()
+	if err != nil {
+		return nil, err
+	}
+	cg, err := cgroup1.Load(cgroup1.StaticPath(path), cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subs, nil }))
+	if err != nil {
+		return nil, fmt.Errorf("loading renamed cgroup %s: %w", path, err)
+	}
+	nc, err := v1FromCgroup(cg, path)
+	if err != nil {
+		return nil, err
+	}
+	if err := cg.Update(v1Resources(subs, res)); err != nil {
+		return nil, fmt.Errorf("setting limits of cgroup %s: %w", path, err)
+	}
+	return nc, nil
 }
 
 func v1FromCgroup(cg cgroup1.Cgroup, path string) (*cgroupV1, error) {

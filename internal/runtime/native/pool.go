@@ -1,6 +1,7 @@
 package native
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -42,14 +43,16 @@ type Prespawn struct {
 // zygote is a started guest waiting for its config.
 type zygote struct {
 	g        *guestProc
+	cg       *cgroupV1 // a cgroup of its own, renamed to the sandbox's on claim
 	sockPath string
 	logPath  string
 }
 
 // zygotePool keeps Prespawn.Size zygotes ready. Safe for concurrent use.
 type zygotePool struct {
-	cfg Prespawn
-	log *slog.Logger
+	cfg          Prespawn
+	log          *slog.Logger
+	cgroupParent string
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -60,7 +63,16 @@ type zygotePool struct {
 
 const zygotePrefix = ".zygote-"
 
-func newZygotePool(cfg Prespawn, log *slog.Logger) (*zygotePool, error) {
+// newZygotePool starts the pool. It needs cgroup v1 controllers (hybrid or
+// legacy hosts): there a guest's move into a cgroup waits for an RCU grace
+// period, which a zygote pays in the background and a claim avoids by
+// renaming the zygote's cgroup. On pure v2 hosts a cold guest is born in its
+// cgroup (CLONE_INTO_CGROUP) and no pool is kept: it returns nil.
+func newZygotePool(cfg Prespawn, mode, cgroupParent string, log *slog.Logger) (*zygotePool, error) {
+	if mode == "v2" {
+		log.Debug("cgroup v2: guests are started cold, born in their cgroup")
+		return nil, nil
+	}
 	if cfg.Size <= 0 {
 		cfg.Size = 1
 	}
@@ -83,7 +95,19 @@ func newZygotePool(cfg Prespawn, log *slog.Logger) (*zygotePool, error) {
 			_ = os.Remove(f)
 		}
 	}
-	p := &zygotePool{cfg: cfg, log: log}
+	// Cgroups of such zygotes too.
+	if old, _ := filepath.Glob(filepath.Join(cgroupRoot, "freezer", cgroupParent, zygotePrefix+"*")); len(old) > 0 {
+		for _, dir := range old {
+			path := "/" + cgroupParent + "/" + filepath.Base(dir)
+			if cg, err := loadCgroup(mode, path); err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+				_ = cg.killAll(ctx)
+				cancel()
+				_ = cg.delete()
+			}
+		}
+	}
+	p := &zygotePool{cfg: cfg, log: log, cgroupParent: cgroupParent}
 	go p.fill()
 	return p, nil
 }
@@ -206,13 +230,25 @@ func (p *zygotePool) spawn() (*zygote, error) {
 		return nil, fmt.Errorf("zygote log: %w", err)
 	}
 	defer logFile.Close()
-	g, err := spawnGuest(p.cfg.RunnerDir, p.cfg.UIDMap, p.cfg.GIDMap, lnFile, logFile, -1)
+	cg, err := newCgroupV1("/"+p.cgroupParent+"/"+name, runtime.Resources{})
 	if err != nil {
 		_ = os.Remove(z.sockPath)
 		_ = os.Remove(z.logPath)
 		return nil, err
 	}
+	z.cg = cg.(*cgroupV1)
+	g, err := spawnGuest(p.cfg.RunnerDir, p.cfg.UIDMap, p.cfg.GIDMap, lnFile, logFile, -1)
+	if err != nil {
+		_ = z.cg.delete()
+		_ = os.Remove(z.sockPath)
+		_ = os.Remove(z.logPath)
+		return nil, err
+	}
 	z.g = g
+	if err := z.cg.addProc(g.pid); err != nil {
+		z.discard()
+		return nil, err
+	}
 	return z, nil
 }
 
@@ -225,6 +261,10 @@ func (z *zygote) discard() {
 	case <-z.g.done:
 	case <-time.After(teardownTimeout):
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+	defer cancel()
+	_ = z.cg.killAll(ctx)
+	_ = z.cg.delete()
 	_ = os.Remove(z.sockPath)
 	_ = os.Remove(z.logPath)
 }

@@ -22,7 +22,7 @@ func prespawnBackend(t testing.TB, runnerDir string) *Backend {
 	dir := runtimetest.TempDir(t)
 	b, err := New(Config{
 		CgroupParent: testCgroupParent,
-		Logger:       slog.New(slog.DiscardHandler),
+		Logger:       testLogger(),
 		Prespawn: &Prespawn{
 			Size:      1,
 			RunnerDir: runnerDir,
@@ -110,4 +110,11 @@ func TestPrespawnUsesZygote(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtimetest.AssertGone(t, f, sb, spec)
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("AGENTBOX_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.DiscardHandler)
 }

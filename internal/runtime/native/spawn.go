@@ -50,9 +50,32 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	if _, err := loadCgroup(b.mode, cgPath); err == nil {
 		return nil, fmt.Errorf("creating sandbox %s: cgroup %s exists: %w", spec.ID, cgPath, errdefs.ErrAlreadyExists)
 	}
-	cg, err := newCgroup(b.mode, cgPath, spec.Resources)
-	if err != nil {
+	if err := prepareStateDir(spec, &undo); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+
+	// The guest: a prespawned one, already in a cgroup of its own that is
+	// renamed to the sandbox's, or a new one.
+	var (
+		g  *guestProc
+		cg cgroupManager
+	)
+	z := b.pool.take(spec)
+	if z != nil {
+		g = z.g
+		undo.add(func() { _ = os.Remove(spec.SocketPath) })
+		undo.add(func() { _ = unix.Kill(g.pid, unix.SIGKILL) })
+		var err error
+		if cg, err = z.cg.renameTo(cgPath, spec.Resources); err != nil {
+			z.cg.killAll(context.WithoutCancel(ctx))
+			_ = z.cg.delete()
+			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+		}
+	} else {
+		var err error
+		if cg, err = newCgroup(b.mode, cgPath, spec.Resources); err != nil {
+			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+		}
 	}
 	undo.add(func() {
 		tctx, cancel := teardownCtx()
@@ -64,16 +87,8 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 			log.Warn("teardown: deleting cgroup", "err", err)
 		}
 	})
-
-	if err := prepareStateDir(spec, &undo); err != nil {
-		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
-	}
-	var g *guestProc
-	inCgroup := false
-	if z := b.pool.take(spec); z != nil {
-		g = z.g
-		undo.add(func() { _ = os.Remove(spec.SocketPath) })
-	} else {
+	tCgroup := time.Since(start)
+	if z == nil {
 		lnFile, err := listen(spec.SocketPath)
 		if err != nil {
 			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
@@ -84,7 +99,11 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		if err != nil {
 			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 		}
-		inCgroup = b.mode == "v2" // born in its cgroup
+		if b.mode != "v2" { // on v2 the guest was born in its cgroup
+			if err := cg.addProc(g.pid); err != nil {
+				return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+			}
+		}
 	}
 	undo.add(func() {
 		_ = unix.Kill(g.pid, unix.SIGKILL)
@@ -95,12 +114,8 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		}
 	})
 
-	if !inCgroup {
-		if err := cg.addProc(g.pid); err != nil {
-			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
-		}
-	}
 	// Only now may the guest start setup: it blocks reading its config.
+	tSpawn := time.Since(start)
 	if err := g.sendConfig(spec); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: sending guest config: %w", spec.ID, err)
 	}
@@ -112,7 +127,8 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		return nil, fmt.Errorf("creating sandbox %s: guest pid %d: %w", spec.ID, g.pid, err)
 	}
 	undo.release()
-	log.InfoContext(ctx, "sandbox created", "pid", g.pid, "cgroup", cgPath, "took", time.Since(start))
+	log.InfoContext(ctx, "sandbox created", "pid", g.pid, "cgroup", cgPath, "took", time.Since(start),
+		"cgroup_done", tCgroup, "guest_started", tSpawn, "prespawned", z != nil)
 	return newSandbox(b, spec, cg, state{Pid: g.pid, StartTime: st, Cgroup: cgPath}, g.done), nil
 }
 

@@ -47,19 +47,52 @@ func lastCap() uintptr {
 	return unix.CAP_LAST_CAP
 }
 
-// dropCapabilities limits every thread to DefaultCaps: bounding set,
-// ambient set cleared, permitted and effective set to DefaultCaps and an
-// empty inheritable set (as Docker does since CVE-2022-24769).
-func dropCapabilities() error {
-	mask := DefaultCapMask()
+// setupCaps are the capabilities setup needs beyond DefaultCaps (mounts,
+// pivot_root, sethostname, unshare; bringing lo up). They are the last to be
+// dropped, after setup.
+const setupCaps = 1<<unix.CAP_SYS_ADMIN | 1<<unix.CAP_NET_ADMIN
+
+// dropBounding removes every capability outside keep from the bounding set
+// of every thread. Each drop stops the world (AllThreadsSyscall), so
+// capabilities already gone (read on this thread: all threads share one
+// bounding set here) are skipped; dropEarly does most of the work before
+// the guest's config arrives, off the create path.
+func dropBounding(keep uint64) error {
 	last := lastCap()
 	for c := uintptr(0); c <= last; c++ {
-		if mask&(1<<c) != 0 {
+		if keep&(1<<c) != 0 {
+			continue
+		}
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c, 0, 0, 0); err == nil && in == 0 {
 			continue
 		}
 		if _, _, e := syscallAllThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 && !errors.Is(e, unix.EINVAL) {
 			return &SyscallError{Op: "prctl", Target: "PR_CAPBSET_DROP " + strconv.Itoa(int(c)), Err: e}
 		}
+	}
+	return nil
+}
+
+// dropEarly trims the bounding set to DefaultCaps plus setupCaps and
+// clears the ambient set. It runs before the config is read, so a
+// prespawned guest has done it by the time a sandbox claims it.
+func dropEarly() error {
+	if err := dropBounding(DefaultCapMask() | setupCaps); err != nil {
+		return err
+	}
+	if _, _, e := syscallAllThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 && !errors.Is(e, unix.EINVAL) {
+		return &SyscallError{Op: "prctl", Target: "PR_CAP_AMBIENT_CLEAR_ALL", Err: e}
+	}
+	return nil
+}
+
+// dropCapabilities limits every thread to DefaultCaps: bounding set,
+// ambient set cleared, permitted and effective set to DefaultCaps and an
+// empty inheritable set (as Docker does since CVE-2022-24769).
+func dropCapabilities() error {
+	mask := DefaultCapMask()
+	if err := dropBounding(mask); err != nil {
+		return err
 	}
 	if _, _, e := syscallAllThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 && !errors.Is(e, unix.EINVAL) {
 		return &SyscallError{Op: "prctl", Target: "PR_CAP_AMBIENT_CLEAR_ALL", Err: e}

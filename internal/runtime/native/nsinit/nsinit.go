@@ -101,6 +101,11 @@ func setup() (net.Listener, error) {
 	// before touching the filesystem.
 	closeExtraFDs(map[int]bool{ListenerFD: true, ConfigFD: true, SyncFD: true})
 
+	// Most of the capability work happens before the config arrives: a
+	// prespawned guest has it done before a sandbox claims it.
+	if err := dropEarly(); err != nil {
+		return nil, err
+	}
 	cfg, err := readConfig()
 	if err != nil {
 		return nil, err
