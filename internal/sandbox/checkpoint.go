@@ -294,7 +294,8 @@ func (m *Manager) resolveCheckpoint(ctx context.Context, id, ref string) (store.
 }
 
 // DeleteCheckpoint deletes a checkpoint. It fails with ErrConflict while a
-// sandbox runs on it (restored to it or forked from it). Its layer is
+// sandbox runs on its layer (restored to it or forked from it) and no other
+// checkpoint of identical content holds that layer. Its layer is
 // removed unless other checkpoints share it or are stacked on it.
 func (m *Manager) DeleteCheckpoint(ctx context.Context, cid string) error {
 	cs, ls, err := m.checkpoints()
@@ -306,17 +307,21 @@ func (m *Manager) DeleteCheckpoint(ctx context.Context, cid string) error {
 		return err
 	}
 	ctx = context.WithoutCancel(ctx)
-	// Sandboxes reference their top layer under m.mu-free bookkeeping;
-	// serialise with forks and restores through the layer store's refs.
+	// Sandboxes running on the layer keep it alive through its last
+	// checkpoint: identical states share one layer, so another checkpoint
+	// of the same content may still hold it.
 	l, err := ls.Get(rec.Layer)
 	if err == nil {
 		var users []string
+		others := 0
 		for _, r := range l.Refs {
 			if s, ok := strings.CutPrefix(r, "sandbox/"); ok {
 				users = append(users, s)
+			} else if strings.HasPrefix(r, "checkpoint/") && r != checkpointRef(cid) {
+				others++
 			}
 		}
-		if len(users) > 0 {
+		if len(users) > 0 && others == 0 {
 			return fmt.Errorf("deleting checkpoint %s: sandboxes %s run on it: %w", cid, strings.Join(users, ", "), errdefs.ErrConflict)
 		}
 	}
