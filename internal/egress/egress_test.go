@@ -1,0 +1,446 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// mapResolver maps test names to addresses.
+type mapResolver map[string]string
+
+func (m mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	a, ok := m[host]
+	if !ok {
+		return nil, errors.New("no such host")
+	}
+	return []netip.Addr{netip.MustParseAddr(a)}, nil
+}
+
+type mapSecrets map[string]string
+
+func (m mapSecrets) Secret(_ context.Context, name string) ([]byte, error) {
+	v, ok := m[name]
+	if !ok {
+		return nil, errors.New("no such secret")
+	}
+	return []byte(v), nil
+}
+
+const realToken = "s3cr3t-REAL-token-value"
+
+// env is a proxy with one configured sandbox, an HTTPS upstream on
+// 127.0.0.2 whose certificate comes from a test CA, and a plain-HTTP one.
+type env struct {
+	proxy     *Proxy
+	proxyURL  *url.URL
+	port      int // HTTPS upstream port
+	httpPort  int
+	upRoots   *x509.CertPool
+	sandboxCA *x509.CertPool
+
+	mu       sync.Mutex
+	lastAuth string
+}
+
+func newEnv(t *testing.T, spec func(e *env) api.NetworkSpec) *env {
+	t.Helper()
+	e := &env{}
+	upCA, _, err := newCA("test upstream CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.upRoots = x509.NewCertPool()
+	e.upRoots.AddCert(upCA.cert)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		e.mu.Lock()
+		e.lastAuth = r.Header.Get("Authorization")
+		e.mu.Unlock()
+		w.Header().Set("X-Echo-Auth", r.Header.Get("Authorization"))
+		fmt.Fprintf(w, "host=%s auth=%s x=%s", r.Host, r.Header.Get("Authorization"), r.Header.Get("X-Token"))
+	})
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "https://denied.test:"+strconv.Itoa(e.port)+"/", http.StatusFound)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewUnstartedServer(mux)
+	up.Listener.Close()
+	up.Listener = ln
+	up.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return upCA.Leaf(h.ServerName) }}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	e.port = ln.Addr().(*net.TCPAddr).Port
+
+	pln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := httptest.NewUnstartedServer(mux)
+	plain.Listener.Close()
+	plain.Listener = pln
+	plain.Start()
+	t.Cleanup(plain.Close)
+	e.httpPort = pln.Addr().(*net.TCPAddr).Port
+
+	e.proxy = New(Config{
+		Resolver: mapResolver{
+			"api.good.test": "127.0.0.2", "tunnel.good.test": "127.0.0.2", "a.wild.test": "127.0.0.2", "wild.test": "127.0.0.2",
+			"good.test.evil.test": "127.0.0.2", "evilgood.test": "127.0.0.2", "denied.test": "127.0.0.2",
+			"loop.good.test": "127.0.0.1", "meta.good.test": "169.254.169.254", "plain.good.test": "127.0.0.2",
+		},
+		Secrets:     mapSecrets{"gh": realToken},
+		RootCAs:     e.upRoots,
+		PermitAddrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	caPEM, err := e.proxy.Configure("sb1", t.TempDir(), spec(e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sandboxCA = x509.NewCertPool()
+	if !e.sandboxCA.AppendCertsFromPEM(caPEM) {
+		t.Fatal("bad CA PEM")
+	}
+	e.sandboxCA.AddCert(upCA.cert) // tunnelled destinations present the upstream's own certificate
+
+	fln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fln.Close() })
+	go func() {
+		for {
+			c, err := fln.Accept()
+			if err != nil {
+				return
+			}
+			go e.proxy.ServeConn(context.Background(), "sb1", c)
+		}
+	}()
+	e.proxyURL = &url.URL{Scheme: "http", Host: fln.Addr().String()}
+	return e
+}
+
+func defaultSpec(e *env) api.NetworkSpec {
+	p := strconv.Itoa(e.port)
+	return api.NetworkSpec{
+		Mode: api.NetworkEgress,
+		Allow: []string{"tunnel.good.test:" + p, "*.wild.test:" + p, "loop.good.test:" + p, "meta.good.test:" + p,
+			"plain.good.test:" + strconv.Itoa(e.httpPort), "denied.test:*"},
+		Deny:        []string{"denied.test"},
+		Credentials: []api.CredentialRule{{Secret: "gh", Host: "api.good.test", Port: e.port}},
+	}
+}
+
+func (e *env) client(follow bool) *http.Client {
+	c := &http.Client{
+		Transport: &http.Transport{Proxy: http.ProxyURL(e.proxyURL), TLSClientConfig: &tls.Config{RootCAs: e.sandboxCA}},
+		Timeout:   10 * time.Second,
+	}
+	if !follow {
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	}
+	return c
+}
+
+func (e *env) get(t *testing.T, rawURL string, hdr map[string]string) (*http.Response, string, error) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", rawURL, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	c := e.client(false)
+	defer c.CloseIdleConnections()
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b), nil
+}
+
+// connect sends a raw CONNECT and returns the status code.
+func (e *env) connect(t *testing.T, target string) int {
+	t.Helper()
+	c, err := net.Dial("tcp", e.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode
+}
+
+func TestPolicyDecisions(t *testing.T) {
+	e := newEnv(t, defaultSpec)
+	p := strconv.Itoa(e.port)
+	for _, tc := range []struct {
+		target string
+		want   int
+	}{
+		{"tunnel.good.test:" + p, 200},
+		{"TUNNEL.Good.Test.:" + p, 200}, // case and trailing dot canonicalised
+		{"a.wild.test:" + p, 200},
+		{"wild.test:" + p, 403},           // wildcard does not match the apex
+		{"good.test.evil.test:" + p, 403}, // suffix trick
+		{"evilgood.test:" + p, 403},       // suffix trick
+		{"tunnel.good.test:1", 403},       // allowed host, other port
+		{"denied.test:" + p, 403},         // deny wins over allow
+		{"loop.good.test:" + p, 403},      // allowed name resolving to loopback
+		{"meta.good.test:" + p, 403},      // allowed name resolving to metadata
+		{"127.0.0.2:" + p, 403},           // raw IP without an IP rule
+		{"2130706433:" + p, 403},          // decimal IP form
+		{"0x7f000002:" + p, 403},          // hex IP form
+		{"127.2:" + p, 403},               // short IP form
+		{"0177.0.0.2:" + p, 403},          // octal IP form
+		{"[::ffff:127.0.0.2]:" + p, 403},  // mapped IPv6
+		{"unknown.test:" + p, 403},        // not allowed at all
+	} {
+		if got := e.connect(t, tc.target); got != tc.want {
+			t.Errorf("CONNECT %s: %d, want %d", tc.target, got, tc.want)
+		}
+	}
+	recs := e.proxy.Records("sb1", 0)
+	if len(recs) == 0 {
+		t.Fatal("no records")
+	}
+	var denied int
+	for _, r := range recs {
+		if r.Decision == api.EgressDenied {
+			denied++
+		}
+	}
+	if denied < 10 {
+		t.Errorf("only %d denied records: %+v", denied, recs)
+	}
+}
+
+func TestIPRuleAllowsInternalAddress(t *testing.T) {
+	e := newEnv(t, func(e *env) api.NetworkSpec {
+		return api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{"127.0.0.1:*", "loop.good.test:*"}}
+	})
+	// 127.0.0.1 is explicitly allowed, so the name resolving to it works.
+	if got := e.connect(t, "loop.good.test:"+strconv.Itoa(e.port)); got == 403 {
+		t.Fatalf("explicitly allowed address refused: %d", got)
+	}
+}
+
+func TestModeNoneDeniesEverything(t *testing.T) {
+	e := newEnv(t, func(e *env) api.NetworkSpec {
+		s := defaultSpec(e)
+		s.Mode = api.NetworkNone
+		return s
+	})
+	if got := e.connect(t, "tunnel.good.test:"+strconv.Itoa(e.port)); got != 403 {
+		t.Fatalf("mode none: %d", got)
+	}
+}
+
+func TestTunnelAndPlainHTTP(t *testing.T) {
+	e := newEnv(t, defaultSpec)
+	resp, body, err := e.get(t, "https://tunnel.good.test:"+strconv.Itoa(e.port)+"/x", map[string]string{"Authorization": "Bearer mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || !strings.Contains(body, "auth=Bearer mine") {
+		t.Fatalf("tunnelled request: %d %q", resp.StatusCode, body)
+	}
+	if resp.TLS.PeerCertificates[0].Issuer.CommonName != "test upstream CA" {
+		t.Fatalf("tunnelled destination was intercepted: issuer %q", resp.TLS.PeerCertificates[0].Issuer.CommonName)
+	}
+	resp, body, err = e.get(t, "http://plain.good.test:"+strconv.Itoa(e.httpPort)+"/p", nil)
+	if err != nil || resp.StatusCode != 200 || !strings.Contains(body, "host=plain.good.test") {
+		t.Fatalf("plain http: %v %v %q", err, resp, body)
+	}
+	resp, _, err = e.get(t, "http://unknown.test:"+strconv.Itoa(e.httpPort)+"/p", nil)
+	if err != nil || resp.StatusCode != 403 {
+		t.Fatalf("plain http to unknown host: %v %v", err, resp)
+	}
+	// The tunnel's record is written when it ends.
+	var kinds []string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		kinds = nil
+		for _, r := range e.proxy.Records("sb1", 0) {
+			kinds = append(kinds, r.Kind+"/"+r.Decision)
+			if r.Kind == "connect" && r.Decision == api.EgressAllowed && (r.BytesUp == 0 || r.BytesDown == 0) {
+				t.Errorf("tunnel record without byte counts: %+v", r)
+			}
+		}
+		slices.Sort(kinds)
+		if len(kinds) == 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	want := []string{"connect/allowed", "http/allowed", "http/denied"}
+	if strings.Join(kinds, ",") != strings.Join(want, ",") {
+		t.Errorf("records %v, want %v", kinds, want)
+	}
+}
+
+func TestCredentialInjectionAndScrubbing(t *testing.T) {
+	e := newEnv(t, defaultSpec)
+	u := "https://api.good.test:" + strconv.Itoa(e.port) + "/repos"
+	resp, body, err := e.get(t, u, map[string]string{"Authorization": "Bearer client-supplied", "X-Token": api.SecretPlaceholder + "gh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	got := e.lastAuth
+	e.mu.Unlock()
+	if got != "Bearer "+realToken {
+		t.Fatalf("upstream got Authorization %q", got)
+	}
+	if resp.TLS.PeerCertificates[0].Issuer.CommonName == "test upstream CA" {
+		t.Fatal("credential destination was not intercepted")
+	}
+	if strings.Contains(body, realToken) || strings.Contains(strings.Join(resp.Header.Values("X-Echo-Auth"), ""), realToken) {
+		t.Fatalf("secret echoed back to the sandbox: %q %v", body, resp.Header)
+	}
+	if !strings.Contains(body, "auth=Bearer "+Redacted) || !strings.Contains(body, "x="+Redacted) || strings.Contains(body, "client-supplied") {
+		t.Fatalf("body %q", body)
+	}
+	recs := e.proxy.Records("sb1", 0)
+	var req *api.EgressRecord
+	for i := range recs {
+		if recs[i].Kind == "request" {
+			req = &recs[i]
+		}
+		if strings.Contains(fmt.Sprintf("%+v", recs[i]), realToken) {
+			t.Fatalf("record holds the secret: %+v", recs[i])
+		}
+	}
+	if req == nil || len(req.Credentials) != 1 || req.Credentials[0] != "gh" || req.Path != "/repos" || req.Status != 200 {
+		t.Fatalf("request record %+v", req)
+	}
+
+	// A redirect is passed through, not followed; following it to a
+	// denied origin fails at the proxy.
+	resp, _, err = e.get(t, "https://api.good.test:"+strconv.Itoa(e.port)+"/redirect", nil)
+	if err != nil || resp.StatusCode != http.StatusFound {
+		t.Fatalf("redirect: %v %v", err, resp)
+	}
+	if _, err := e.client(true).Get("https://api.good.test:" + strconv.Itoa(e.port) + "/redirect"); err == nil {
+		t.Fatal("redirect to a denied origin was followed")
+	}
+}
+
+func TestHostAndSNIMustMatchConnect(t *testing.T) {
+	e := newEnv(t, defaultSpec)
+	dest := "api.good.test:" + strconv.Itoa(e.port)
+	// Host header naming another origin inside the intercepted tunnel.
+	c, err := net.Dial("tcp", e.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", dest, dest)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", err, resp)
+	}
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "api.good.test", RootCAs: e.sandboxCA})
+	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: tunnel.good.test:%d\r\n\r\n", e.port)
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil || resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("Host mismatch: %v %v", err, resp)
+	}
+	e.mu.Lock()
+	if e.lastAuth != "" {
+		t.Fatal("request with a mismatched Host reached the upstream")
+	}
+	e.mu.Unlock()
+
+	// SNI naming another host.
+	c2, err := net.Dial("tcp", e.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	fmt.Fprintf(c2, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", dest, dest)
+	br2 := bufio.NewReader(c2)
+	if resp, err := http.ReadResponse(br2, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", err, resp)
+	}
+	tc2 := tls.Client(&bufConn{Conn: c2, r: br2}, &tls.Config{ServerName: "tunnel.good.test", InsecureSkipVerify: true})
+	if err := tc2.Handshake(); err == nil {
+		t.Fatal("handshake with a mismatched SNI succeeded")
+	}
+}
+
+func TestUpstreamCertificateIsVerified(t *testing.T) {
+	e := newEnv(t, defaultSpec)
+	e.proxy.cfg.RootCAs = x509.NewCertPool() // the upstream's CA is not trusted
+	resp, _, err := e.get(t, "https://api.good.test:"+strconv.Itoa(e.port)+"/", nil)
+	if err != nil || resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("untrusted upstream: %v %v", err, resp)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lastAuth != "" {
+		t.Fatal("credential sent to an unverified upstream")
+	}
+}
+
+func TestScrubberAcrossReads(t *testing.T) {
+	secret := []byte("abcdefgh")
+	in := "xxabcdefghyyabcdab" + "cdefghzz" + strings.Repeat("q", 100) + "abcdefg"
+	r := newScrubber(io.NopCloser(iotest.OneByteReader(strings.NewReader(in))), [][]byte{secret})
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.ReplaceAll(in, string(secret), Redacted)
+	if string(out) != want {
+		t.Fatalf("got %q, want %q", out, want)
+	}
+}
+
+func TestParsePolicyRejects(t *testing.T) {
+	for _, s := range []api.NetworkSpec{
+		{Mode: "bridge"},
+		{Mode: api.NetworkEgress, Allow: []string{"exa mple.com"}},
+		{Mode: api.NetworkEgress, Allow: []string{"example.com:0"}},
+		{Mode: api.NetworkEgress, Allow: []string{"*.1.2.3.4"}},
+		{Mode: api.NetworkEgress, Credentials: []api.CredentialRule{{Secret: "x", Host: "1.2.3.4"}}},
+		{Mode: api.NetworkEgress, Credentials: []api.CredentialRule{{Secret: "x", Host: "a.test", Format: "no placeholder"}}},
+		{Mode: api.NetworkEgress, Credentials: []api.CredentialRule{{Secret: "x", Host: "a.test", Header: "Bad Header"}}},
+	} {
+		if _, err := ParsePolicy(s); err == nil {
+			t.Errorf("accepted %+v", s)
+		}
+	}
+	for in, want := range map[string]string{"ExAmple.COM.": "example.com", "bücher.example": "xn--bcher-kva.example"} {
+		if got, err := CanonicalHost(in); err != nil || got != want {
+			t.Errorf("CanonicalHost(%q) = %q, %v", in, got, err)
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+const handshakeTimeout = 15 * time.Second
+
+// intercept terminates the sandbox's TLS for a destination with credential
+// rules and proxies its requests upstream over TLS verified against the
+// real roots, injecting credentials and scrubbing their values from the
+// responses. The connection is bound to one origin: SNI and every Host
+// header must name the CONNECT target, so an injected credential can only
+// ever go to the destination its rule names. Redirects are passed to the
+// client, never followed here.
+func (f *front) intercept(ctx context.Context, client net.Conn, t *target, creds []Credential) {
+	rec := api.EgressRecord{Kind: "connect", Destination: t.dest, Address: t.addr.String(), Decision: api.EgressAllowed, Rule: t.dec.Rule, Reason: "intercepted"}
+	var sniErr string
+	tc := tls.Server(client, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			sni, err := CanonicalHost(hello.ServerName)
+			if err != nil || sni != t.host {
+				sniErr = fmt.Sprintf("SNI %q is not the CONNECT host", hello.ServerName)
+				return nil, fmt.Errorf("%s", sniErr)
+			}
+			return f.sb.ca.Leaf(t.host)
+		},
+	})
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	err := tc.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		rec.Decision, rec.Reason = api.EgressDenied, "TLS handshake with sandbox failed"
+		if sniErr != "" {
+			rec.Reason = sniErr
+		}
+		f.p.record(f.sb, rec)
+		return
+	}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return f.p.dial(ctx, t) },
+		TLSClientConfig: &tls.Config{
+			ServerName: t.host,
+			RootCAs:    f.p.cfg.RootCAs,
+			MinVersion: tls.VersionTLS12,
+		},
+		TLSHandshakeTimeout:   handshakeTimeout,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+	}
+	defer tr.CloseIdleConnections()
+	in := &interceptor{f: f, t: t, creds: creds, tr: tr}
+	in.rp = &httputil.ReverseProxy{
+		Rewrite:        in.rewrite,
+		Transport:      tr,
+		ModifyResponse: in.modifyResponse,
+		FlushInterval:  -1,
+		ErrorLog:       slog.NewLogLogger(f.p.log.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if st, ok := r.Context().Value(reqStateKey{}).(*reqState); ok {
+				st.failed = true
+			}
+			http.Error(w, "agentbox egress proxy: upstream request failed", http.StatusBadGateway)
+		},
+	}
+	srv := &http.Server{
+		Handler:           in,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(f.p.log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	_ = srv.Serve(newOneConnListener(tc))
+	f.p.record(f.sb, rec)
+}
+
+type interceptor struct {
+	f     *front
+	t     *target
+	creds []Credential
+	tr    *http.Transport
+	rp    *httputil.ReverseProxy
+}
+
+type reqStateKey struct{}
+
+// reqState is what one intercepted request carries from ServeHTTP to the
+// response hook.
+type reqState struct {
+	secrets [][]byte // values injected (scrubbed from the response)
+	names   []string
+	failed  bool
+}
+
+func (in *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := in.t
+	rec := api.EgressRecord{Kind: "request", Destination: t.dest, Address: t.addr.String(), Method: r.Method, Path: r.URL.Path, Decision: api.EgressAllowed, Rule: t.dec.Rule}
+	// The Host header must name the CONNECT target.
+	hh, hp, err := splitPort(r.Host, t.port)
+	canon, cerr := CanonicalHost(hh)
+	if err != nil || cerr != nil || canon != t.host || hp != t.port {
+		rec.Decision, rec.Reason, rec.Status = api.EgressDenied, "Host header is not the CONNECT target", http.StatusMisdirectedRequest
+		in.f.p.record(in.f.sb, rec)
+		http.Error(w, "agentbox egress proxy: Host does not match the CONNECT target", http.StatusMisdirectedRequest)
+		return
+	}
+	st := &reqState{}
+	// Client-supplied values of every injected header are dropped, whether
+	// or not a rule applies to this method and path.
+	for _, c := range in.creds {
+		r.Header.Del(c.Header)
+	}
+	for _, c := range in.creds {
+		if !c.matches(r.Method, r.URL.Path) {
+			continue
+		}
+		val, err := in.f.p.secret(r.Context(), c.Secret)
+		if err != nil {
+			rec.Decision, rec.Reason, rec.Status = api.EgressError, "credential "+c.Secret+" unavailable", http.StatusBadGateway
+			in.f.p.record(in.f.sb, rec)
+			http.Error(w, "agentbox egress proxy: credential "+c.Secret+" unavailable", http.StatusBadGateway)
+			return
+		}
+		r.Header.Set(c.Header, strings.ReplaceAll(c.Format, "{secret}", string(val)))
+		placeholder := api.SecretPlaceholder + c.Secret
+		for k, vs := range r.Header {
+			for i, v := range vs {
+				if strings.Contains(v, placeholder) {
+					r.Header[k][i] = strings.ReplaceAll(v, placeholder, string(val))
+				}
+			}
+		}
+		st.secrets = append(st.secrets, val)
+		st.names = append(st.names, c.Secret)
+	}
+	if len(st.secrets) > 0 {
+		// Scrubbing needs the body as sent.
+		r.Header.Set("Accept-Encoding", "identity")
+	}
+	rec.Credentials = st.names
+	body := &countingReader{r: r.Body}
+	r.Body = body
+	cw := &countingWriter{ResponseWriter: w}
+	in.rp.ServeHTTP(cw, r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st)))
+	rec.Status, rec.BytesUp, rec.BytesDown = cw.status, body.n, cw.n
+	if st.failed {
+		rec.Decision, rec.Reason = api.EgressError, "upstream request failed"
+	}
+	in.f.p.record(in.f.sb, rec)
+}
+
+func (in *interceptor) rewrite(pr *httputil.ProxyRequest) {
+	host := in.t.host
+	if in.t.port != 443 {
+		host = net.JoinHostPort(host, strconv.Itoa(in.t.port))
+	}
+	pr.Out.URL.Scheme = "https"
+	pr.Out.URL.Host = host
+	pr.Out.Host = host
+	pr.Out.Header.Del("Proxy-Authorization")
+}
+
+// modifyResponse scrubs injected values from the response's headers and
+// body.
+func (in *interceptor) modifyResponse(resp *http.Response) error {
+	st, _ := resp.Request.Context().Value(reqStateKey{}).(*reqState)
+	if st == nil || len(st.secrets) == 0 {
+		return nil
+	}
+	for k, vs := range resp.Header {
+		for i, v := range vs {
+			resp.Header[k][i] = string(scrub([]byte(v), st.secrets))
+		}
+	}
+	if resp.Body != nil && resp.Body != http.NoBody {
+		resp.Body = newScrubber(resp.Body, st.secrets)
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+	}
+	return nil
+}
+
+func (p *Proxy) secret(ctx context.Context, name string) ([]byte, error) {
+	if p.cfg.Secrets == nil {
+		return nil, fmt.Errorf("no secret store")
+	}
+	v, err := p.cfg.Secrets.Secret(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(v) == 0 || bytes.ContainsAny(v, "\r\n\x00") {
+		return nil, fmt.Errorf("secret %s is empty or not header-safe", name)
+	}
+	return v, nil
+}
+
+// Redacted replaces an injected value in responses.
+const Redacted = "[agentbox:redacted]"
+
+func scrub(b []byte, secrets [][]byte) []byte {
+	for _, s := range secrets {
+		if bytes.Contains(b, s) {
+			b = bytes.ReplaceAll(b, s, []byte(Redacted))
+		}
+	}
+	return b
+}
+
+// scrubber replaces every occurrence of the secrets in a stream, holding
+// back just enough bytes that an occurrence split across reads is caught.
+type scrubber struct {
+	r       io.ReadCloser
+	secrets [][]byte
+	keep    int
+	pending []byte
+	out     []byte
+	buf     []byte
+	eof     bool
+}
+
+func newScrubber(r io.ReadCloser, secrets [][]byte) *scrubber {
+	longest := 0
+	for _, s := range secrets {
+		longest = max(longest, len(s))
+	}
+	return &scrubber{r: r, secrets: secrets, keep: longest - 1, buf: make([]byte, 32<<10)}
+}
+
+func (s *scrubber) Read(p []byte) (int, error) {
+	for len(s.out) == 0 {
+		if s.eof {
+			if len(s.pending) == 0 {
+				return 0, io.EOF
+			}
+			s.out, s.pending = s.pending, nil
+			break
+		}
+		n, err := s.r.Read(s.buf)
+		s.pending = append(s.pending, s.buf[:n]...)
+		if err == io.EOF {
+			s.eof = true
+		} else if err != nil {
+			return 0, err
+		}
+		s.pending = scrub(s.pending, s.secrets)
+		keep := s.keep
+		if s.eof {
+			keep = 0
+		}
+		if len(s.pending) > keep {
+			cut := len(s.pending) - keep
+			s.out = append([]byte(nil), s.pending[:cut]...)
+			s.pending = append([]byte(nil), s.pending[cut:]...)
+		}
+	}
+	n := copy(p, s.out)
+	s.out = s.out[n:]
+	return n, nil
+}
+
+func (s *scrubber) Close() error { return s.r.Close() }
