@@ -24,6 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/native"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/version"
@@ -45,6 +46,9 @@ type Daemon struct {
 	store   *store.Bolt
 	manager *sandbox.Manager
 	handler http.Handler
+	secrets *secrets.Store
+	// stopBridge closes the API bridge.
+	stopBridge func()
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -89,10 +93,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	// One guest is kept prespawned so a create skips the clone, the exec of
-	// the runner and its start-up (see native.Prespawn).
+	// Two guests are kept prespawned so a create skips the clone, the exec
+	// of the runner, its start-up and its move into a cgroup (see
+	// native.Prespawn); two, so back-to-back creates find one fully warm.
 	backend, err := native.New(native.Config{Logger: log, Prespawn: &native.Prespawn{
-		Size:      1,
+		Size:      2,
 		RunnerDir: runnerDir,
 		UIDMap:    ids,
 		GIDMap:    ids,
@@ -140,6 +145,15 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	mgr.SetTemplates(tm)
+	secStore, stopBridge, err := setupSecrets(cfg, mgr, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			stopBridge()
+		}
+	}()
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, err
 	}
@@ -147,7 +161,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Logger:  log,
 		Version: version.Version,
 	})
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler}, nil
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -217,6 +231,7 @@ func (d *Daemon) shutdown() {
 // is released. Sandboxes keep running for the next daemon to re-adopt.
 func (d *Daemon) Close() error {
 	d.shutdown()
+	d.stopBridge()
 	_ = d.manager.Close()
 	if err := d.backend.Close(); err != nil {
 		d.log.Warn("stopping prespawned guests", "err", err)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 )
 
 // Prespawn configures guests started ahead of need ("zygotes"). A zygote has
@@ -249,7 +251,29 @@ func (p *zygotePool) spawn() (*zygote, error) {
 		z.discard()
 		return nil, err
 	}
+	// Ready only once it waits for its config, its start-up all done.
+	if err := g.waitFor(nsinit.SyncWaiting, teardownTimeout); err != nil {
+		z.discard()
+		return nil, fmt.Errorf("zygote guest: %w", err)
+	}
 	return z, nil
+}
+
+// waitFor reads exactly len(want) bytes from the guest's sync pipe within d
+// and checks they are want.
+func (g *guestProc) waitFor(want string, d time.Duration) error {
+	if err := g.syncR.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return err
+	}
+	defer g.syncR.SetReadDeadline(time.Time{})
+	buf := make([]byte, len(want))
+	if _, err := io.ReadFull(g.syncR, buf); err != nil {
+		return fmt.Errorf("waiting for the guest to start: %w", err)
+	}
+	if string(buf) != want {
+		return fmt.Errorf("guest reported %q before its config", buf)
+	}
+	return nil
 }
 
 // discard kills a zygote that will not be used and removes its files.

@@ -33,8 +33,13 @@ const (
 	SyncFD     = 5
 )
 
-// syncOK is what Main writes on SyncFD once setup is complete.
-const syncOK = "ok"
+// What Main writes on SyncFD: SyncWaiting once it is ready to read its
+// config (a prespawned guest is claimed only after that), then syncOK once
+// setup is complete, or a SyncMessage.
+const (
+	SyncWaiting = "w"
+	syncOK      = "ok"
+)
 
 // Config is the setup the host sends on ConfigFD. All paths are host paths.
 type Config struct {
@@ -59,6 +64,7 @@ func ReadSync(r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("reading guest setup result: %w", err)
 	}
+	b = []byte(strings.TrimPrefix(string(b), SyncWaiting))
 	if string(b) == syncOK {
 		return nil
 	}
@@ -105,6 +111,9 @@ func setup() (net.Listener, error) {
 	// prespawned guest has it done before a sandbox claims it.
 	if err := dropEarly(); err != nil {
 		return nil, err
+	}
+	if _, err := unix.Write(SyncFD, []byte(SyncWaiting)); err != nil {
+		return nil, &SyscallError{Op: "write", Target: "sync fd", Err: err}
 	}
 	cfg, err := readConfig()
 	if err != nil {
