@@ -55,6 +55,8 @@ daemon re-adopts them.`,
 	f.StringVar(&cfg.APIKeysFile, "api-keys-file", cfg.APIKeysFile, "file with one API key per line, required with --tcp (env "+config.EnvAPIKeysFile+")")
 	f.StringSliceVar(&cfg.AllowedHosts, "allowed-host", cfg.AllowedHosts, "Host header values accepted on TCP (repeatable)")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", cfg.DefaultTemplate, "template of sandboxes that name none")
+	f.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", cfg.SecretsKeyFile, "master key of the secret store and run tokens, outside the data dir; created when missing (env "+config.EnvSecretsKeyFile+")")
+	f.StringVar(&cfg.ConnectorsFile, "connectors-file", cfg.ConnectorsFile, "JSON array of API bridge connectors [{name, url, secret, header, format}] (env "+config.EnvConnectorsFile+")")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error (env "+config.EnvLogLevel+")")
 	f.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json (env "+config.EnvLogFormat+")")
 	return cmd

@@ -27,12 +27,16 @@ const (
 	EnvAPIKeysFile = "AGENTBOX_API_KEYS_FILE"
 	EnvLogLevel    = "AGENTBOX_LOG_LEVEL"
 	EnvLogFormat   = "AGENTBOX_LOG_FORMAT"
+	// EnvSecretsKeyFile and EnvConnectorsFile: see Config.
+	EnvSecretsKeyFile = "AGENTBOX_SECRETS_KEY_FILE"
+	EnvConnectorsFile = "AGENTBOX_CONNECTORS_FILE"
 )
 
 // Defaults.
 const (
 	DefaultDataDir      = "/var/lib/agentbox"
 	DefaultSocketPath   = "/run/agentbox/agentbox.sock"
+	DefaultSecretsKey   = "/etc/agentbox/secrets.key"
 	DefaultTemplate     = "busybox"
 	DefaultIDMapBase    = 100000
 	DefaultIDMapSize    = 65536
@@ -77,6 +81,13 @@ type Config struct {
 	// DefaultResources apply to every zero field of a create request.
 	DefaultResources Resources `json:"default_resources"`
 
+	// SecretsKeyFile holds the master key of the secret store and of run
+	// tokens; it must be outside DataDir. Created (0600) when missing.
+	SecretsKeyFile string `json:"secrets_key_file"`
+	// ConnectorsFile is a JSON array of API bridge connectors
+	// (internal/bridge.Connector); empty: no connectors.
+	ConnectorsFile string `json:"connectors_file,omitempty"`
+
 	// LogLevel is debug, info, warn or error. LogFormat is text or json.
 	LogLevel  string `json:"log_level"`
 	LogFormat string `json:"log_format"`
@@ -98,8 +109,9 @@ func Default() *Config {
 			MemoryBytes: 1 << 30,
 			PidsMax:     1024,
 		},
-		LogLevel:  "info",
-		LogFormat: "text",
+		SecretsKeyFile: DefaultSecretsKey,
+		LogLevel:       "info",
+		LogFormat:      "text",
 	}
 	if start, size, ok := lookupSubIDFile("/etc/subuid", SubIDUser); ok {
 		c.UIDMapBase, c.UIDMapSize = start, size
@@ -168,6 +180,8 @@ func (c *Config) ApplyEnv() {
 	set(EnvAPIKeysFile, &c.APIKeysFile)
 	set(EnvLogLevel, &c.LogLevel)
 	set(EnvLogFormat, &c.LogFormat)
+	set(EnvSecretsKeyFile, &c.SecretsKeyFile)
+	set(EnvConnectorsFile, &c.ConnectorsFile)
 }
 
 // Validate reports every problem of c at once, joined, each wrapping
@@ -207,6 +221,14 @@ func (c *Config) Validate() error {
 	checkRange("gid", c.GIDMapBase, c.GIDMapSize)
 	if c.DefaultTemplate == "" {
 		bad("default template must be set")
+	}
+	if !filepath.IsAbs(c.SecretsKeyFile) {
+		bad("secrets key file %q must be an absolute path", c.SecretsKeyFile)
+	} else if rel, err := filepath.Rel(c.DataDir, c.SecretsKeyFile); filepath.IsAbs(c.DataDir) && err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		bad("secrets key file %q must be outside the data dir", c.SecretsKeyFile)
+	}
+	if c.ConnectorsFile != "" && !filepath.IsAbs(c.ConnectorsFile) {
+		bad("connectors file %q must be an absolute path", c.ConnectorsFile)
 	}
 	r := c.DefaultResources
 	if r.CPUs <= 0 || r.MemoryBytes <= 0 || r.PidsMax <= 0 {

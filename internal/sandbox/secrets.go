@@ -50,7 +50,8 @@ type SecretStore interface {
 	Delete(ctx context.Context, name string) error
 }
 
-// secretState is the Manager's secret and run-token state.
+// secretState is the Manager's state for secrets, run tokens and the
+// events the bridge brings in from sandboxes (events.go).
 type secretState struct {
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -60,6 +61,8 @@ type secretState struct {
 	used map[string]map[string][]byte
 	// runs are the live runs holding a token, by run id.
 	runs map[string]*run
+	// events are the bridge events of each sandbox, oldest first.
+	events map[string][]api.SandboxEvent
 }
 
 // run is one live exec that holds a token.

@@ -1,0 +1,153 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// SecretService is implemented by a Service with a secret store; its routes
+// exist only then. Values are write-only: no method returns one. The
+// contract of Service applies; names match secretNameRe.
+type SecretService interface {
+	// PutSecret stores value under name, replacing an earlier value.
+	PutSecret(ctx context.Context, name string, value []byte) (api.SecretInfo, error)
+	// ListSecrets returns every secret's name and times, ordered by name.
+	ListSecrets(ctx context.Context) ([]api.SecretInfo, error)
+	// DeleteSecret removes a secret (ErrNotFound when missing).
+	DeleteSecret(ctx context.Context, name string) error
+}
+
+// EventService is implemented by a Service that records the events programs
+// inside sandboxes send through the API bridge.
+type EventService interface {
+	// SandboxEvents returns the recorded events of sandbox id, oldest
+	// first (a bounded, newest-kept buffer).
+	SandboxEvents(ctx context.Context, id string) ([]api.SandboxEvent, error)
+}
+
+// maxSecretBody bounds a PUT /v1/secrets body (the service enforces the
+// exact value limit).
+const maxSecretBody = 256 << 10
+
+var secretNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// secretRoutes are the routes of SecretService and EventService, for those
+// svc implements.
+func (h *handler) secretRoutes() []route {
+	var rts []route
+	if ss, ok := h.svc.(SecretService); ok {
+		s := secretHandlers{h: h, svc: ss}
+		rts = append(rts,
+			route{"GET", "/v1/secrets", s.list},
+			route{"PUT", "/v1/secrets/{name}", s.put},
+			route{"DELETE", "/v1/secrets/{name}", s.delete},
+		)
+	}
+	if es, ok := h.svc.(EventService); ok {
+		rts = append(rts, route{"GET", "/v1/sandboxes/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+			id, err := sandboxID(r)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			evs, err := es.SandboxEvents(r.Context(), id)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			if evs == nil {
+				evs = []api.SandboxEvent{}
+			}
+			writeJSON(w, http.StatusOK, api.SandboxEventList{Events: evs})
+		}})
+	}
+	return rts
+}
+
+type secretHandlers struct {
+	h   *handler
+	svc SecretService
+}
+
+func secretName(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	if !secretNameRe.MatchString(name) {
+		return "", errorf("invalid secret name %q (letters, digits, '_', '.', '-'; at most 128)", clip(name))
+	}
+	return name, nil
+}
+
+func (s secretHandlers) list(w http.ResponseWriter, r *http.Request) {
+	list, err := s.svc.ListSecrets(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []api.SecretInfo{}
+	}
+	writeJSON(w, http.StatusOK, api.SecretList{Secrets: list})
+}
+
+// put takes the value as the raw body, or as {"value": "..."} when the
+// content type is JSON. The value is never logged or echoed.
+func (s secretHandlers) put(w http.ResponseWriter, r *http.Request) {
+	name, err := secretName(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSecretBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, r, fmt.Errorf("secret value larger than %d bytes: %w", mbe.Limit, err))
+			return
+		}
+		writeError(w, r, errorf("reading the secret value failed"))
+		return
+	}
+	value := body
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
+		var req api.PutSecretRequest
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || dec.More() {
+			writeError(w, r, errorf("body must be {\"value\": \"...\"} with Content-Type application/json"))
+			return
+		}
+		value = []byte(req.Value)
+	}
+	if len(value) == 0 {
+		writeError(w, r, errorf("secret value is empty"))
+		return
+	}
+	info, err := s.svc.PutSecret(r.Context(), name, value)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s secretHandlers) delete(w http.ResponseWriter, r *http.Request) {
+	name, err := secretName(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := s.svc.DeleteSecret(r.Context(), name); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
