@@ -74,6 +74,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	if err := checkTraversable(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	guestBin := opts.GuestBinary
 	if guestBin == "" {
 		if guestBin, err = os.Executable(); err != nil {
@@ -154,6 +157,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			stopBridge()
 		}
 	}()
+	if err := setupEgress(cfg, mgr, secStore, log); err != nil {
+		return nil, err
+	}
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, err
 	}
@@ -259,4 +265,23 @@ func (s service) Attach(ctx context.Context, id string, pid int, replay bool) (h
 		return nil, err
 	}
 	return st, nil
+}
+
+// checkTraversable fails when a directory above dir is not searchable by
+// others: every sandbox mounts its layers and runner from inside its user
+// namespace, as an unprivileged host uid, which must be able to reach them.
+func checkTraversable(dir string) error {
+	for d := filepath.Dir(filepath.Clean(dir)); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("data dir %s: %w", dir, err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("data dir %s: %s (mode %#o) is not searchable by the sandboxes' unprivileged uids; chmod o+x it or use another data dir: %w",
+				dir, d, fi.Mode().Perm(), errdefs.ErrFailedPrecondition)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
 }
