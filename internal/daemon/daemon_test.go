@@ -11,8 +11,10 @@ import (
 
 func TestCheckTraversable(t *testing.T) {
 	base := t.TempDir()
-	if err := os.Chmod(base, 0o711); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{filepath.Dir(base), base} { // t.TempDir makes them 0700
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
 	}
 	open := filepath.Join(base, "open")
 	closed := filepath.Join(base, "closed")
