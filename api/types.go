@@ -45,6 +45,7 @@ type CreateSandboxRequest struct {
 	Resources      Resources         `json:"resources,omitempty"`
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"` // hard lifetime; 0 = none
 	Hostname       string            `json:"hostname,omitempty"`
+	Network        *NetworkSpec      `json:"network,omitempty"` // default mode "none"; see api/network.go
 }
 
 // Sandbox states.
@@ -69,6 +70,7 @@ type Sandbox struct {
 	GuestVersion string            `json:"guest_version,omitempty"`
 	CreatedAt    time.Time         `json:"created_at"`
 	ExpiresAt    *time.Time        `json:"expires_at,omitempty"`
+	Network      *NetworkSpec      `json:"network,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -30,6 +30,11 @@ const (
 	// EnvSecretsKeyFile and EnvConnectorsFile: see Config.
 	EnvSecretsKeyFile = "AGENTBOX_SECRETS_KEY_FILE"
 	EnvConnectorsFile = "AGENTBOX_CONNECTORS_FILE"
+	// EnvEgressHostsFile, EnvEgressCAFile and EnvEgressPermit: see Config
+	// (the permit list is comma-separated).
+	EnvEgressHostsFile = "AGENTBOX_EGRESS_HOSTS_FILE"
+	EnvEgressCAFile    = "AGENTBOX_EGRESS_CA_FILE"
+	EnvEgressPermit    = "AGENTBOX_EGRESS_PERMIT"
 )
 
 // Defaults.
@@ -87,6 +92,17 @@ type Config struct {
 	// ConnectorsFile is a JSON array of API bridge connectors
 	// (internal/bridge.Connector); empty: no connectors.
 	ConnectorsFile string `json:"connectors_file,omitempty"`
+
+	// EgressHostsFile is a hosts(5)-style file ("ADDR NAME..." lines) of
+	// names the egress proxy resolves without DNS (split horizon, tests).
+	EgressHostsFile string `json:"egress_hosts_file,omitempty"`
+	// EgressCAFile holds PEM roots the egress proxy trusts for upstream
+	// certificates in addition to the system roots.
+	EgressCAFile string `json:"egress_ca_file,omitempty"`
+	// EgressPermit lists internal address ranges (CIDR) the egress proxy
+	// may dial for every sandbox; other internal addresses need an IP or
+	// CIDR allow rule of the sandbox.
+	EgressPermit []string `json:"egress_permit,omitempty"`
 
 	// LogLevel is debug, info, warn or error. LogFormat is text or json.
 	LogLevel  string `json:"log_level"`
@@ -182,6 +198,16 @@ func (c *Config) ApplyEnv() {
 	set(EnvLogFormat, &c.LogFormat)
 	set(EnvSecretsKeyFile, &c.SecretsKeyFile)
 	set(EnvConnectorsFile, &c.ConnectorsFile)
+	set(EnvEgressHostsFile, &c.EgressHostsFile)
+	set(EnvEgressCAFile, &c.EgressCAFile)
+	if v, ok := os.LookupEnv(EnvEgressPermit); ok {
+		c.EgressPermit = nil
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.EgressPermit = append(c.EgressPermit, p)
+			}
+		}
+	}
 }
 
 // Validate reports every problem of c at once, joined, each wrapping

@@ -95,6 +95,10 @@ func (m *Manager) CreateSandbox(ctx context.Context, req api.CreateSandboxReques
 	if err := validateCreate(&req); err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
+	network, err := m.normalizeNetwork(req.Network)
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
+	}
 	if req.Template == "" {
 		req.Template = m.cfg.DefaultTemplate
 	}
@@ -137,6 +141,7 @@ func (m *Manager) CreateSandbox(ctx context.Context, req api.CreateSandboxReques
 		Hostname:   hostname,
 		Backend:    m.backend.Capabilities().Name,
 		CreatedAt:  now,
+		Network:    network,
 	}
 	if req.TimeoutSeconds > 0 {
 		exp := now.Add(time.Duration(req.TimeoutSeconds) * time.Second)
@@ -154,6 +159,10 @@ func (m *Manager) CreateSandbox(ctx context.Context, req api.CreateSandboxReques
 	b, err := m.start(ctx, rec, true)
 	if err != nil {
 		return api.Sandbox{}, err
+	}
+	if err := m.networkUp(ctx, b, true); err != nil {
+		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
+		return api.Sandbox{}, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	m.log.InfoContext(ctx, "sandbox created", "sandbox", id, "template", req.Template)
 	return b.view(), nil
@@ -321,6 +330,7 @@ func (m *Manager) DeleteSandbox(ctx context.Context, id string) error {
 	rt := b.rt
 	b.mu.Unlock()
 	m.stopTunnel(id)
+	m.networkDown(id)
 
 	var errs []error
 	if err := rt.Destroy(ctx); err != nil {
@@ -332,7 +342,7 @@ func (m *Manager) DeleteSandbox(ctx context.Context, id string) error {
 	if err := m.store.DeleteSandbox(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("deleting record: %w", err))
 	}
-	m.releaseLayers(ctx, id)
+	m.releaseCheckpoints(ctx, id)
 	m.mu.Lock()
 	delete(m.sandboxes, id)
 	m.mu.Unlock()

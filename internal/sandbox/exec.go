@@ -37,6 +37,7 @@ func (m *Manager) execRequest(b *box, req api.ExecRequest) (api.ExecRequest, err
 	if env == nil {
 		env = make(map[string]string, len(req.Env))
 	}
+	networkEnv(b.view(), env)
 	for k, v := range req.Env {
 		env[k] = v
 	}

@@ -38,6 +38,7 @@ type tunnelRegistry struct {
 	mu      sync.Mutex
 	routes  map[int]tunnelRoute
 	keepers map[string]*tunnelKeeper
+	edge    NetworkEdge // see network.go
 }
 
 // tunnelKeeper keeps one sandbox's tunnel open.

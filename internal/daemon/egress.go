@@ -1,0 +1,94 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// setupEgress builds the egress proxy and gives it to the Manager (network
+// mode "egress"). Credentials come from secrets (the encrypted store). It
+// must run before Recover.
+func setupEgress(cfg *config.Config, mgr *sandbox.Manager, secrets egress.SecretSource, log *slog.Logger) error {
+	ecfg := egress.Config{Secrets: secrets, Logger: log}
+	if cfg.EgressHostsFile != "" {
+		hosts, err := loadHosts(cfg.EgressHostsFile)
+		if err != nil {
+			return err
+		}
+		ecfg.Resolver = hosts
+	}
+	if cfg.EgressCAFile != "" {
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		b, err := os.ReadFile(cfg.EgressCAFile)
+		if err != nil {
+			return fmt.Errorf("reading egress CA file: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(b) {
+			return fmt.Errorf("egress CA file %s holds no certificate: %w", cfg.EgressCAFile, errdefs.ErrInvalidArgument)
+		}
+		ecfg.RootCAs = pool
+	}
+	for _, s := range cfg.EgressPermit {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("egress permit %q: %v: %w", s, err, errdefs.ErrInvalidArgument)
+		}
+		ecfg.PermitAddrs = append(ecfg.PermitAddrs, p.Masked())
+	}
+	mgr.SetNetworkEdge(egress.New(ecfg))
+	return nil
+}
+
+// hostsResolver resolves the names of a hosts file, then falls back to DNS.
+type hostsResolver map[string][]netip.Addr
+
+func (h hostsResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if a, ok := h[host]; ok {
+		return a, nil
+	}
+	return net.DefaultResolver.LookupNetIP(ctx, network, host)
+}
+
+func loadHosts(path string) (hostsResolver, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading egress hosts file: %w", err)
+	}
+	defer f.Close()
+	h := hostsResolver{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		a, err := netip.ParseAddr(fields[0])
+		if err != nil {
+			return nil, fmt.Errorf("egress hosts file: %q: %v: %w", fields[0], err, errdefs.ErrInvalidArgument)
+		}
+		for _, n := range fields[1:] {
+			c, err := egress.CanonicalHost(n)
+			if err != nil {
+				return nil, fmt.Errorf("egress hosts file: %q: %v: %w", n, err, errdefs.ErrInvalidArgument)
+			}
+			h[c] = append(h[c], a)
+		}
+	}
+	return h, sc.Err()
+}
