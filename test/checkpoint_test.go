@@ -438,4 +438,15 @@ func TestExecRollback(t *testing.T) {
 	if out := mustRun(t, sb, "cat /root/x"); out != "3\n" {
 		t.Fatalf("manual restore of the automatic checkpoint: %q", out)
 	}
+	// The automatic checkpoints are listed, labelled, and go with the sandbox.
+	cks, err := sb.Checkpoints(ctx)
+	if err != nil || len(cks) != 4 || cks[0].Labels["agentbox.implicit"] != "exec" {
+		t.Fatalf("automatic checkpoints: %+v %v", cks, err)
+	}
+	if err := sb.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := d.client.Checkpoints(ctx); err != nil || len(all) != 0 {
+		t.Fatalf("automatic checkpoints left after delete: %+v %v", all, err)
+	}
 }

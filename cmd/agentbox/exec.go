@@ -29,6 +29,8 @@ type execFlags struct {
 	user        string
 	timeout     time.Duration
 	detach      bool
+	checkpoint  bool // checkpoint before the command
+	rollback    bool // and restore it when the command fails
 }
 
 func (f *execFlags) request(argv []string) (api.ExecRequest, error) {
@@ -39,7 +41,8 @@ func (f *execFlags) request(argv []string) (api.ExecRequest, error) {
 	if f.timeout < 0 {
 		return api.ExecRequest{}, fmt.Errorf("--timeout must not be negative")
 	}
-	return api.ExecRequest{Cmd: argv, Env: env, Cwd: f.cwd, User: f.user, TimeoutSeconds: f.timeout.Seconds()}, nil
+	return api.ExecRequest{Cmd: argv, Env: env, Cwd: f.cwd, User: f.user, TimeoutSeconds: f.timeout.Seconds(),
+		CheckpointBefore: f.checkpoint || f.rollback, RollbackOnFailure: f.rollback}, nil
 }
 
 func execCmd(g *globals) *cobra.Command {
@@ -90,6 +93,8 @@ func execCmd(g *globals) *cobra.Command {
 	f.StringVarP(&ef.user, "user", "u", "", "user (name or uid[:gid]) inside the sandbox")
 	f.DurationVar(&ef.timeout, "timeout", 0, "kill the command after this long, e.g. 30s")
 	f.BoolVarP(&ef.detach, "detach", "d", false, "run in the background and print the pid")
+	f.BoolVar(&ef.checkpoint, "checkpoint", false, "checkpoint the sandbox before the command runs")
+	f.BoolVar(&ef.rollback, "rollback-on-failure", false, "checkpoint first and restore that checkpoint if the command fails or times out")
 	f.SetInterspersed(false) // flags after ID belong to CMD
 	return cmd
 }
@@ -290,6 +295,9 @@ func finish(cmd *cobra.Command, res *agentbox.Result, err error) error {
 	}
 	if res.TimedOut {
 		fmt.Fprintln(cmd.ErrOrStderr(), "agentbox: command timed out and was killed")
+	}
+	if res.RolledBack {
+		fmt.Fprintf(cmd.ErrOrStderr(), "agentbox: command failed; sandbox rolled back to checkpoint %s\n", res.Checkpoint)
 	}
 	code := res.ExitCode
 	if code < 0 {

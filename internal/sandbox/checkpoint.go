@@ -322,7 +322,7 @@ func (m *Manager) DeleteCheckpoint(ctx context.Context, cid string) error {
 			}
 		}
 		if len(users) > 0 && others == 0 {
-			return fmt.Errorf("deleting checkpoint %s: sandboxes %s run on it: %w", cid, strings.Join(users, ", "), errdefs.ErrConflict)
+			return fmt.Errorf("checkpoint %s is in use by sandboxes %s: %w", cid, strings.Join(users, ", "), errdefs.ErrConflict)
 		}
 	}
 	if err := cs.DeleteCheckpoint(ctx, cid); err != nil {
@@ -494,6 +494,31 @@ func (m *Manager) releaseLayers(ctx context.Context, id string) {
 			if err := m.cfg.Layers.Unref(ctx, l.ID, owner); err != nil {
 				m.log.WarnContext(ctx, "releasing layer", "layer", l.ID, "sandbox", id, "err", err)
 			}
+		}
+	}
+}
+
+// releaseCheckpoints runs when sandbox id is deleted: its layer references
+// are dropped, and so are the checkpoints the daemon took on its own
+// (LabelImplicit) that no fork runs on. Checkpoints the user asked for
+// outlive the sandbox.
+func (m *Manager) releaseCheckpoints(ctx context.Context, id string) {
+	m.releaseLayers(ctx, id)
+	cs, ok := m.store.(store.CheckpointStore)
+	if !ok || m.cfg.Layers == nil {
+		return
+	}
+	recs, err := cs.ListCheckpoints(ctx)
+	if err != nil {
+		m.log.WarnContext(ctx, "listing checkpoints", "err", err)
+		return
+	}
+	for _, r := range recs {
+		if r.Checkpoint.SandboxID != id || r.Checkpoint.Labels[LabelImplicit] == "" {
+			continue
+		}
+		if err := m.DeleteCheckpoint(ctx, r.Checkpoint.ID); err != nil && !errdefs.IsConflict(err) {
+			m.log.WarnContext(ctx, "deleting implicit checkpoint", "checkpoint", r.Checkpoint.ID, "err", err)
 		}
 	}
 }

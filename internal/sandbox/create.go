@@ -342,7 +342,7 @@ func (m *Manager) DeleteSandbox(ctx context.Context, id string) error {
 	if err := m.store.DeleteSandbox(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("deleting record: %w", err))
 	}
-	m.releaseLayers(ctx, id)
+	m.releaseCheckpoints(ctx, id)
 	m.mu.Lock()
 	delete(m.sandboxes, id)
 	m.mu.Unlock()
