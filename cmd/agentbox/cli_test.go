@@ -127,7 +127,7 @@ func TestExecExitCodes(t *testing.T) {
 	if _, errOut, code := cli(t, srv, "", "exec", "--timeout", "50ms", id, "sleep", "5"); code != 137 || !strings.Contains(errOut, "timed out") {
 		t.Fatalf("exec past its timeout: code %d, %q", code, errOut)
 	}
-	out, errOut, code = cli(t, srv, "", "exec", "sb-missing", "true")
+	_, errOut, code = cli(t, srv, "", "exec", "sb-missing", "true")
 	if code != exitAgentbox || !regexpRequestID(errOut) || !strings.Contains(errOut, "not found") {
 		t.Fatalf("exec in a missing sandbox: code %d, stderr %q", code, errOut)
 	}

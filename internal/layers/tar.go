@@ -224,7 +224,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 			return &os.PathError{Op: "mkdirat", Path: rel, Err: err}
 		}
 		return x.setMeta(rel, uid, gid, perm, hdr, true)
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse: //nolint:staticcheck // TypeRegA appears in old archives
+	case tar.TypeReg, tar.TypeGNUSparse: // archive/tar reports old TypeRegA entries as TypeReg
 		if err := x.replace(parent, rel, base); err != nil {
 			return err
 		}

@@ -206,12 +206,6 @@ func (b *box) view() api.Sandbox {
 	return sb
 }
 
-func (b *box) setState(state string) {
-	b.mu.Lock()
-	b.rec.Sandbox.State = state
-	b.mu.Unlock()
-}
-
 func cloneMap(m map[string]string) map[string]string {
 	if m == nil {
 		return nil
