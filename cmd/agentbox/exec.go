@@ -29,11 +29,23 @@ type execFlags struct {
 	user        string
 	timeout     time.Duration
 	detach      bool
+	secrets     []string // NAME[=ENV]
+	token       bool
 	checkpoint  bool // checkpoint before the command
 	rollback    bool // and restore it when the command fails
 }
 
 func (f *execFlags) request(argv []string) (api.ExecRequest, error) {
+	secrets, err := execSecrets(f.secrets)
+	if err != nil {
+		return api.ExecRequest{}, err
+	}
+	req, err := f.baseRequest(argv)
+	req.Secrets, req.Token = secrets, f.token
+	return req, err
+}
+
+func (f *execFlags) baseRequest(argv []string) (api.ExecRequest, error) {
 	env, err := parseKV("--env", f.env)
 	if err != nil {
 		return api.ExecRequest{}, err
@@ -93,6 +105,8 @@ func execCmd(g *globals) *cobra.Command {
 	f.StringVarP(&ef.user, "user", "u", "", "user (name or uid[:gid]) inside the sandbox")
 	f.DurationVar(&ef.timeout, "timeout", 0, "kill the command after this long, e.g. 30s")
 	f.BoolVarP(&ef.detach, "detach", "d", false, "run in the background and print the pid")
+	f.StringArrayVar(&ef.secrets, "secret", nil, "put stored secret NAME into the command's environment as ENV (default NAME): NAME[=ENV] (repeatable)")
+	f.BoolVar(&ef.token, "token", false, "give the command a bridge token in $"+api.RunTokenEnv+", revoked when it ends")
 	f.BoolVar(&ef.checkpoint, "checkpoint", false, "checkpoint the sandbox before the command runs")
 	f.BoolVar(&ef.rollback, "rollback-on-failure", false, "checkpoint first and restore that checkpoint if the command fails or times out")
 	f.SetInterspersed(false) // flags after ID belong to CMD

@@ -47,6 +47,7 @@ const Port = 3129
 const (
 	maxEventBody   = 64 << 10
 	maxForwardBody = 16 << 20
+	forwardTimeout = 5 * time.Minute
 )
 
 // Authorizer verifies a run token presented from inside sandboxID
@@ -361,14 +362,20 @@ func (b *Bridge) forward(w http.ResponseWriter, r *http.Request, c secrets.RunCl
 		b.fail(w, r, c.Sandbox, http.StatusNotFound, fmt.Errorf("no connector %q", name))
 		return
 	}
-	cred, err := b.secrets.Secret(r.Context(), conn.Secret)
+	r.Body = http.MaxBytesReader(w, r.Body, maxForwardBody)
+	// A client that half-closes after its request (nc, HTTP/1.0 style)
+	// makes net/http cancel the request's context; the upstream call is
+	// bounded by its own timeout instead, and a vanished client still ends
+	// it when writing the response fails.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), forwardTimeout)
+	defer cancel()
+	cred, err := b.secrets.Secret(ctx, conn.Secret)
 	if err != nil {
 		b.fail(w, r, c.Sandbox, http.StatusBadGateway, fmt.Errorf("connector %s: credential unavailable", name))
 		b.log.ErrorContext(r.Context(), "bridge connector credential", "connector", name, "secret", conn.Secret, "err", err)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxForwardBody)
-	ctx := context.WithValue(r.Context(), fwdKey{}, &fwd{path: "/" + path, cred: cred})
+	ctx = context.WithValue(ctx, fwdKey{}, &fwd{path: "/" + path, cred: cred})
 	b.log.InfoContext(ctx, "bridge forward", "sandbox", c.Sandbox, "run", c.Run, "connector", name, "method", r.Method, "path", "/"+path, "secret", conn.Secret)
 	conn.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
@@ -388,6 +395,10 @@ func (b *Bridge) newProxy(c Connector, base *url.URL, rt http.RoundTripper) *htt
 			f := pr.In.Context().Value(fwdKey{}).(*fwd)
 			out := pr.Out
 			out.URL = base.JoinPath(f.path)
+			if !strings.HasPrefix(out.URL.Path, "/") { // base URL without a path
+				out.URL.Path = "/" + out.URL.Path
+				out.URL.RawPath = ""
+			}
 			out.URL.RawQuery = pr.In.URL.RawQuery
 			out.Host = ""
 			// Nothing the sandbox says about credentials or its own

@@ -98,7 +98,7 @@ func newFixture(t *testing.T) *fixture {
 	key, _ := secrets.KeyFromBytes(kb)
 	f.tokens = secrets.NewTokens(key)
 	f.auth = &authz{tokens: f.tokens, live: map[string]bool{}}
-	br, err := New(Config{Connectors: []Connector{{Name: "gh", URL: f.upstream.URL + "/api", Secret: "github"}}},
+	br, err := New(Config{Connectors: []Connector{{Name: "gh", URL: f.upstream.URL + "/api", Secret: "github"}, {Name: "root", URL: f.upstream.URL, Secret: "github"}}},
 		f.auth, secretMap{"github": []byte(cred)}, f.sink)
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +168,16 @@ func TestForwardAttachesCredentialAndRedactsEcho(t *testing.T) {
 	}
 	if path != "/api/repos/x?per_page=2" {
 		t.Fatalf("upstream path %q", path)
+	}
+	// A base URL without a path still yields an absolute request path.
+	if resp, body := f.do(t, "sbA", newReq("POST", "/v1/connectors/root/hello", tok, "")); resp.StatusCode != 200 {
+		t.Fatalf("root connector: %d %s", resp.StatusCode, body)
+	}
+	f.mu.Lock()
+	path = f.paths[len(f.paths)-1]
+	f.mu.Unlock()
+	if path != "/hello" {
+		t.Fatalf("root connector path %q", path)
 	}
 	if strings.Contains(body, cred) || strings.Contains(resp.Header.Get("X-Echo"), cred) {
 		t.Fatalf("credential echoed into the sandbox: %q / %q", body, resp.Header.Get("X-Echo"))
