@@ -197,7 +197,7 @@ func TestRejections(t *testing.T) {
 	f.auth.mu.Unlock()
 	cases := []struct {
 		name, sb, tok, path string
-		status               int
+		status              int
 	}{
 		{"no token", "sbA", "", "/v1/connectors/gh/x", 401},
 		{"other sandbox", "sbB", tokA, "/v1/connectors/gh/x", 401},
