@@ -73,19 +73,19 @@ func TestTokenRejections(t *testing.T) {
 	other, _ := NewTokens(testKey(t)).Mint(validClaims(time.Now().Add(time.Minute)))
 
 	cases := map[string]string{
-		"alg none":       b64(map[string]string{"alg": "none", "typ": "JWT"}) + "." + parts[1] + ".",
+		"alg none":        b64(map[string]string{"alg": "none", "typ": "JWT"}) + "." + parts[1] + ".",
 		"alg none signed": sign(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, base),
-		"HS512 same key": sign(jwt.SigningMethodHS512, key.Derive(purposeTokens), base),
-		"wrong audience": sign(jwt.SigningMethodHS256, key.Derive(purposeTokens), wrongAud),
-		"wrong issuer":   sign(jwt.SigningMethodHS256, key.Derive(purposeTokens), wrongIss),
-		"wrong typ":      sign(jwt.SigningMethodHS256, key.Derive(purposeTokens), wrongTyp),
-		"no expiry":      sign(jwt.SigningMethodHS256, key.Derive(purposeTokens), noExp),
-		"expired":        expired,
-		"other key":      other,
-		"master key":     sign(jwt.SigningMethodHS256, key.b[:], base),
-		"tampered":       parts[0] + "." + b64(map[string]any{"typ": "run", "sandbox": "sbB", "run": "run1", "boot": "boot1", "iss": TokenIssuer, "aud": TokenAudience, "jti": "run1", "exp": time.Now().Add(time.Hour).Unix()}) + "." + parts[2],
-		"garbage":        "not.a.token",
-		"empty":          "",
+		"HS512 same key":  sign(jwt.SigningMethodHS512, key.Derive(purposeTokens), base),
+		"wrong audience":  sign(jwt.SigningMethodHS256, key.Derive(purposeTokens), wrongAud),
+		"wrong issuer":    sign(jwt.SigningMethodHS256, key.Derive(purposeTokens), wrongIss),
+		"wrong typ":       sign(jwt.SigningMethodHS256, key.Derive(purposeTokens), wrongTyp),
+		"no expiry":       sign(jwt.SigningMethodHS256, key.Derive(purposeTokens), noExp),
+		"expired":         expired,
+		"other key":       other,
+		"master key":      sign(jwt.SigningMethodHS256, key.b[:], base),
+		"tampered":        parts[0] + "." + b64(map[string]any{"typ": "run", "sandbox": "sbB", "run": "run1", "boot": "boot1", "iss": TokenIssuer, "aud": TokenAudience, "jti": "run1", "exp": time.Now().Add(time.Hour).Unix()}) + "." + parts[2],
+		"garbage":         "not.a.token",
+		"empty":           "",
 	}
 	for name, tok := range cases {
 		if _, err := tk.Verify(tok); !errors.Is(err, errdefs.ErrUnauthenticated) {
