@@ -437,6 +437,7 @@ func (m *Manager) restoreLocked(ctx context.Context, b *box, ck store.Checkpoint
 	rec = b.rec
 	b.mu.Unlock()
 	go m.watch(b)
+	m.startTunnel(b) // the old keeper ended with the old guest
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
 		return err
 	}
