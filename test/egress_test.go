@@ -196,17 +196,17 @@ func TestEgressFromInsideSandbox(t *testing.T) {
 
 	// Each of these fails.
 	for _, cmd := range []string{
-		"wget -Y off -q -O - http://good.test:" + hp + "/",        // ignoring the proxy: no DNS
-		"wget -Y off -q -O - http://127.0.0.2:" + hp + "/",        // raw IP, ignoring the proxy: no route
-		"wget -Y off -q -O - http://127.0.0.1:" + hp + "/",        // host loopback is not the sandbox's
-		"wget -q -O - http://127.0.0.2:" + hp + "/",               // raw IP through the proxy
-		"wget -q -O - http://2130706433:" + hp + "/",              // decimal IP form
-		"wget -q -O - http://0x7f000002:" + hp + "/",              // hex IP form
-		"wget -q -O - http://loop.good.test:" + hp + "/",          // allowed name resolving to loopback
-		"wget -q -O - http://meta.good.test/latest/meta-data/",    // allowed name resolving to metadata
-		"wget -q -O - http://good.test.evil.test:" + hp + "/",     // suffix trick
-		"wget -q -O - http://evilgood.test:" + hp + "/",           // suffix trick
-		"wget -q -O - http://good.test:1/",                        // allowed host, other port
+		"wget -Y off -q -O - http://good.test:" + hp + "/",             // ignoring the proxy: no DNS
+		"wget -Y off -q -O - http://127.0.0.2:" + hp + "/",             // raw IP, ignoring the proxy: no route
+		"wget -Y off -q -O - http://127.0.0.1:" + hp + "/",             // host loopback is not the sandbox's
+		"wget -q -O - http://127.0.0.2:" + hp + "/",                    // raw IP through the proxy
+		"wget -q -O - http://2130706433:" + hp + "/",                   // decimal IP form
+		"wget -q -O - http://0x7f000002:" + hp + "/",                   // hex IP form
+		"wget -q -O - http://loop.good.test:" + hp + "/",               // allowed name resolving to loopback
+		"wget -q -O - http://meta.good.test/latest/meta-data/",         // allowed name resolving to metadata
+		"wget -q -O - http://good.test.evil.test:" + hp + "/",          // suffix trick
+		"wget -q -O - http://evilgood.test:" + hp + "/",                // suffix trick
+		"wget -q -O - http://good.test:1/",                             // allowed host, other port
 		"httpsget https://good.test:1/",                                // CONNECT to a port not allowed
 		"httpsget https://denied.test:" + tp + "/",                     // deny wins
 		"httpsget https://api.good.test:" + tp + "/ SNI:good.test",     // SNI differs from CONNECT
