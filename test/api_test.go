@@ -66,6 +66,47 @@ func TestExecAndFiles(t *testing.T) {
 			t.Fatalf("re-attach: exit %d output %q", res.ExitCode, out.String())
 		}
 	})
+	t.Run("InteractiveStdin", func(t *testing.T) {
+		// Input written to an open stdin stream reaches the process at
+		// once, not when the stream ends or a buffer fills.
+		p, err := sb.Start(ctx, api.ExecRequest{Command: "read line; echo got:$line; read line2; echo got:$line2", StdinOpen: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, pw := io.Pipe()
+		done := make(chan error, 1)
+		go func() { done <- p.WriteStdin(ctx, pr, true) }()
+		if _, err := pw.Write([]byte("first\n")); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			procs, err := sb.Processes(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			_, _ = p.Attach(actx, true, agentbox.Streams{Stdout: &out})
+			cancel()
+			if strings.Contains(out.String(), "got:first") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("first line did not reach the process while stdin stayed open (output %q, procs %+v)", out.String(), procs)
+			}
+		}
+		_, _ = pw.Write([]byte("second\n"))
+		pw.Close()
+		if err := <-done; err != nil {
+			t.Fatalf("stdin stream: %v", err)
+		}
+		var out bytes.Buffer
+		res, err := p.Attach(ctx, true, agentbox.Streams{Stdout: &out})
+		if err != nil || res.ExitCode != 0 || out.String() != "got:first\ngot:second\n" {
+			t.Fatalf("interactive stdin: %v exit %v output %q", err, res, out.String())
+		}
+	})
 	t.Run("PTY", func(t *testing.T) {
 		var out bytes.Buffer
 		res, err := sb.Exec(ctx, api.ExecRequest{Command: "tty && stty size", TTY: &api.TTY{Rows: 33, Cols: 101}}, agentbox.Streams{Stdout: &out})

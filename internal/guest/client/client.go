@@ -215,6 +215,11 @@ func (w *wire) send(t proto.FrameType, r io.Reader) error {
 			if err := proto.WriteFrame(w.bw, t, buf[:n]); err != nil {
 				return w.err(err)
 			}
+			// Flush each frame: an interactive stdin must reach the
+			// process as it is typed, not when a buffer fills.
+			if err := w.bw.Flush(); err != nil {
+				return w.err(err)
+			}
 		}
 		if errors.Is(rerr, io.EOF) {
 			break
