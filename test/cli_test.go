@@ -30,7 +30,8 @@ func TestRunWithEmbeddedDaemon(t *testing.T) {
 	defer os.RemoveAll(dir)
 	dataDir := filepath.Join(dir, "data")
 	cmd := exec.Command(agentboxBin(t), "run", "--rm", "--", "sh", "-c", "echo out; echo err >&2; hostname > /dev/null; exit 3")
-	cmd.Env = append(os.Environ(), "AGENTBOX_DATA_DIR="+dataDir, "AGENTBOX_SOCKET="+filepath.Join(dir, "run", "agentbox.sock"))
+	cmd.Env = append(os.Environ(), "AGENTBOX_DATA_DIR="+dataDir, "AGENTBOX_SOCKET="+filepath.Join(dir, "run", "agentbox.sock"),
+		"AGENTBOX_SECRETS_KEY_FILE="+filepath.Join(dir, "secrets.key"))
 	cmd.Env = withoutEnv(cmd.Env, "AGENTBOX_HOST")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

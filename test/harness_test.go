@@ -140,6 +140,10 @@ func (d *daemon) start() {
 	cmd := exec.Command(agentboxBin(d.t), "serve", "--data-dir", d.dataDir, "--socket", d.socket, "--log-level", "debug")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Keep the test daemon's secrets key in its own dir, not in /etc.
+	if os.Getenv("AGENTBOX_SECRETS_KEY_FILE") == "" {
+		cmd.Env = append(os.Environ(), "AGENTBOX_SECRETS_KEY_FILE="+filepath.Join(d.dir, "secrets.key"))
+	}
 	if err := cmd.Start(); err != nil {
 		d.t.Fatal(err)
 	}
