@@ -73,6 +73,8 @@ type specFlags struct {
 	pids     int64
 	timeout  time.Duration
 	hostname string
+	allow    []string // egress allow rules; any turns on network mode egress
+	deny     []string
 }
 
 func (f *specFlags) register(cmd *cobra.Command) {
@@ -85,6 +87,8 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
 	fs.DurationVar(&f.timeout, "timeout", 0, "lifetime after which the sandbox is deleted, e.g. 10m")
 	fs.StringVar(&f.hostname, "hostname", "", "hostname inside the sandbox")
+	fs.StringArrayVar(&f.allow, "allow-host", nil, "turn on egress through the proxy and allow HOST[:PORT|:*] (*.example.com wildcards, IPs, CIDRs; repeatable)")
+	fs.StringArrayVar(&f.deny, "deny-host", nil, "deny HOST[:PORT] in egress mode, overriding allows (repeatable)")
 }
 
 func (f *specFlags) spec() (agentbox.SandboxSpec, error) {
@@ -107,6 +111,9 @@ func (f *specFlags) spec() (agentbox.SandboxSpec, error) {
 	spec.Template, spec.Hostname = f.template, f.hostname
 	spec.Resources.CPUs, spec.Resources.PidsMax = f.cpus, f.pids
 	spec.TimeoutSeconds = int64(math.Ceil(f.timeout.Seconds()))
+	if len(f.allow) > 0 || len(f.deny) > 0 {
+		spec.Network = &agentbox.NetworkSpec{Mode: "egress", Allow: f.allow, Deny: f.deny}
+	}
 	return spec, nil
 }
 
