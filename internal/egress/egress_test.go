@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,7 +63,7 @@ type env struct {
 	lastAuth string
 }
 
-func newEnv(t *testing.T, spec func(e *env) api.NetworkSpec) *env {
+func newEnv(t testing.TB, spec func(e *env) api.NetworkSpec) *env {
 	t.Helper()
 	e := &env{}
 	upCA, _, err := newCA("test upstream CA")
@@ -114,7 +115,7 @@ func newEnv(t *testing.T, spec func(e *env) api.NetworkSpec) *env {
 		Secrets:     mapSecrets{"gh": realToken},
 		RootCAs:     e.upRoots,
 		PermitAddrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
-		Logger:      slog.New(slog.DiscardHandler),
+		Logger:      testLogger(),
 	})
 	caPEM, err := e.proxy.Configure("sb1", t.TempDir(), spec(e))
 	if err != nil {
@@ -342,6 +343,21 @@ func TestCredentialInjectionAndScrubbing(t *testing.T) {
 		t.Fatalf("request record %+v", req)
 	}
 
+	// Several requests over one intercepted tunnel (keep-alive).
+	kc := e.client(false)
+	defer kc.CloseIdleConnections()
+	for i := 0; i < 3; i++ {
+		resp, err := kc.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("keep-alive request %d: %d", i, resp.StatusCode)
+		}
+	}
+
 	// A redirect is passed through, not followed; following it to a
 	// denied origin fails at the proxy.
 	resp, _, err = e.get(t, "https://api.good.test:"+strconv.Itoa(e.port)+"/redirect", nil)
@@ -443,4 +459,12 @@ func TestParsePolicyRejects(t *testing.T) {
 			t.Errorf("CanonicalHost(%q) = %q, %v", in, got, err)
 		}
 	}
+}
+
+// testLogger discards the log unless EGRESS_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("EGRESS_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
 }

@@ -26,7 +26,7 @@ const handshakeTimeout = 15 * time.Second
 // header must name the CONNECT target, so an injected credential can only
 // ever go to the destination its rule names. Redirects are passed to the
 // client, never followed here.
-func (f *front) intercept(ctx context.Context, client net.Conn, t *target, creds []Credential) {
+func (f *front) intercept(client net.Conn, t *target, creds []Credential) {
 	rec := api.EgressRecord{Kind: "connect", Destination: t.dest, Address: t.addr.String(), Decision: api.EgressAllowed, Rule: t.dec.Rule, Reason: "intercepted"}
 	var sniErr string
 	tc := tls.Server(client, &tls.Config{
@@ -41,7 +41,7 @@ func (f *front) intercept(ctx context.Context, client net.Conn, t *target, creds
 			return f.sb.ca.Leaf(t.host)
 		},
 	})
-	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	hctx, cancel := context.WithTimeout(f.ctx, handshakeTimeout)
 	err := tc.HandshakeContext(hctx)
 	cancel()
 	if err != nil {
@@ -73,6 +73,7 @@ func (f *front) intercept(ctx context.Context, client net.Conn, t *target, creds
 		FlushInterval:  -1,
 		ErrorLog:       slog.NewLogLogger(f.p.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			f.p.log.Debug("egress upstream request failed", "sandbox", f.sb.id, "dest", t.dest, "err", err)
 			if st, ok := r.Context().Value(reqStateKey{}).(*reqState); ok {
 				st.failed = true
 			}
@@ -85,7 +86,9 @@ func (f *front) intercept(ctx context.Context, client net.Conn, t *target, creds
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(f.p.log.Handler(), slog.LevelDebug),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// The CONNECT request's context ends once the connection is
+		// hijacked; the tunnel lives as long as the proxy connection.
+		BaseContext: func(net.Listener) context.Context { return f.ctx },
 	}
 	_ = srv.Serve(newOneConnListener(tc))
 	f.p.record(f.sb, rec)

@@ -164,7 +164,7 @@ func (p *Proxy) ServeConn(ctx context.Context, sandboxID string, conn net.Conn) 
 		return
 	}
 	srv := &http.Server{
-		Handler:           &front{p: p, sb: sb},
+		Handler:           &front{p: p, sb: sb, ctx: ctx},
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
@@ -176,8 +176,9 @@ func (p *Proxy) ServeConn(ctx context.Context, sandboxID string, conn net.Conn) 
 
 // front serves the requests a sandbox sends to the proxy.
 type front struct {
-	p  *Proxy
-	sb *sandbox
+	p   *Proxy
+	sb  *sandbox
+	ctx context.Context // the proxy connection's
 }
 
 func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -326,7 +327,7 @@ func (f *front) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	client := &bufConn{Conn: cc, r: brw.Reader}
 	if len(creds) > 0 {
-		f.intercept(r.Context(), client, t, creds)
+		f.intercept(client, t, creds)
 		return
 	}
 	upN, downN := splice(client, up)
