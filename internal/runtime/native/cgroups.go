@@ -290,8 +290,28 @@ func (c *cgroupV1) thaw(ctx context.Context) error { return c.setFreezer(ctx, "T
 // every member, thaws so the signals are delivered, and repeats until the
 // cgroup is empty.
 func (c *cgroupV1) killAll(ctx context.Context) error {
-	for round := 0; ; round++ {
-		pids, err := c.procs()
+	return killUntilEmpty(ctx, c.path, c.procs, func() error {
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		ferr := c.setFreezer(fctx, "FROZEN")
+		cancel()
+		if pids, err := c.procs(); err == nil {
+			for _, pid := range pids {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+		if err := c.setFreezer(context.WithoutCancel(ctx), "THAWED"); err != nil && ferr == nil {
+			return err
+		}
+		return nil
+	})
+}
+
+// killUntilEmpty runs one kill round after another, killRoundWait apart,
+// until procs reports the cgroup at path empty (or gone), or killRounds
+// rounds or ctx have run out.
+func killUntilEmpty(ctx context.Context, path string, procs func() ([]int, error), round func() error) error {
+	for n := 0; ; n++ {
+		pids, err := procs()
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return nil
@@ -301,18 +321,10 @@ func (c *cgroupV1) killAll(ctx context.Context) error {
 		if len(pids) == 0 {
 			return nil
 		}
-		if round >= killRounds || ctx.Err() != nil {
-			return fmt.Errorf("cgroup %s still has %d processes: %w", c.path, len(pids), errdefs.ErrDeadlineExceeded)
+		if n >= killRounds || ctx.Err() != nil {
+			return fmt.Errorf("cgroup %s still has %d processes: %w", path, len(pids), errdefs.ErrDeadlineExceeded)
 		}
-		fctx, cancel := context.WithTimeout(ctx, time.Second)
-		ferr := c.setFreezer(fctx, "FROZEN")
-		cancel()
-		if pids, err = c.procs(); err == nil {
-			for _, pid := range pids {
-				_ = unix.Kill(pid, unix.SIGKILL)
-			}
-		}
-		if err := c.setFreezer(context.WithoutCancel(ctx), "THAWED"); err != nil && ferr == nil {
+		if err := round(); err != nil {
 			return err
 		}
 		time.Sleep(killRoundWait)
@@ -437,25 +449,12 @@ func (c *cgroupV2) freeze(ctx context.Context) error {
 func (c *cgroupV2) thaw(ctx context.Context) error { return c.setFrozen(ctx, "0") }
 
 func (c *cgroupV2) killAll(ctx context.Context) error {
-	for round := 0; ; round++ {
-		pids, err := c.procs()
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if len(pids) == 0 {
-			return nil
-		}
-		if round >= killRounds || ctx.Err() != nil {
-			return fmt.Errorf("cgroup %s still has %d processes: %w", c.path, len(pids), errdefs.ErrDeadlineExceeded)
-		}
+	return killUntilEmpty(ctx, c.path, c.procs, func() error {
 		if err := c.m.Kill(); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("killing cgroup %s: %w", c.path, err)
 		}
-		time.Sleep(killRoundWait)
-	}
+		return nil
+	})
 }
 
 func (c *cgroupV2) stats() (runtime.Stats, error) {
