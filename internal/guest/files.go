@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/agentbox/agentbox/api"
@@ -15,21 +14,8 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
-// checkPath validates a path from a request: absolute, no NUL byte, at
-// most proto.MaxPathLen bytes. It returns the cleaned path.
-func checkPath(p string) error {
-	switch {
-	case p == "":
-		return fmt.Errorf("empty path: %w", errdefs.ErrInvalidArgument)
-	case len(p) > proto.MaxPathLen:
-		return fmt.Errorf("path of %d bytes exceeds %d: %w", len(p), proto.MaxPathLen, errdefs.ErrInvalidArgument)
-	case strings.IndexByte(p, 0) >= 0:
-		return fmt.Errorf("path contains a NUL byte: %w", errdefs.ErrInvalidArgument)
-	case !filepath.IsAbs(p):
-		return fmt.Errorf("path %q is not absolute: %w", p, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
+// checkPath validates a request path (see proto.CheckPath).
+var checkPath = proto.CheckPath
 
 func cleanPath(p string) (string, error) {
 	if err := checkPath(p); err != nil {

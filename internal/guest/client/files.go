@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"path"
 	"strings"
 
 	"github.com/agentbox/agentbox/api"
@@ -13,20 +12,8 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
-// checkPath rejects paths the guest would reject, without a round trip.
-func checkPath(p string) error {
-	switch {
-	case p == "":
-		return fmt.Errorf("empty path: %w", errdefs.ErrInvalidArgument)
-	case len(p) > proto.MaxPathLen:
-		return fmt.Errorf("path of %d bytes exceeds %d: %w", len(p), proto.MaxPathLen, errdefs.ErrInvalidArgument)
-	case strings.IndexByte(p, 0) >= 0:
-		return fmt.Errorf("path contains a NUL byte: %w", errdefs.ErrInvalidArgument)
-	case !path.IsAbs(p):
-		return fmt.Errorf("path %q is not absolute: %w", p, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
+// checkPath validates a request path (see proto.CheckPath).
+var checkPath = proto.CheckPath
 
 // validFileInfo checks an entry decoded from the guest. Entries of a
 // listing (entry) must have a plain name.
