@@ -70,6 +70,7 @@ type daemon struct {
 	logPath string
 	cmd     *exec.Cmd
 	client  *agentbox.Client
+	args    []string // extra `agentbox serve` flags
 }
 
 func randHex(n int) string {
@@ -81,6 +82,12 @@ func randHex(n int) string {
 // newDaemon starts a daemon on a fresh data dir; it is stopped (sandboxes
 // deleted, data dir removed) when t ends.
 func newDaemon(t testing.TB) *daemon {
+	t.Helper()
+	return newDaemonWith(t)
+}
+
+// newDaemonWith is newDaemon with extra `agentbox serve` flags.
+func newDaemonWith(t testing.TB, args ...string) *daemon {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	dir := filepath.Join("/tmp", "abx-"+randHex(4))
@@ -98,6 +105,7 @@ func newDaemon(t testing.TB) *daemon {
 		dataDir: filepath.Join(dir, "data"),
 		socket:  filepath.Join(dir, "run", "agentbox.sock"),
 		logPath: filepath.Join(dir, "daemon.log"),
+		args:    args,
 	}
 	d.start()
 	t.Cleanup(func() {
@@ -137,7 +145,8 @@ func (d *daemon) start() {
 		d.t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(agentboxBin(d.t), "serve", "--data-dir", d.dataDir, "--socket", d.socket, "--log-level", "debug")
+	args := append([]string{"serve", "--data-dir", d.dataDir, "--socket", d.socket, "--log-level", "debug"}, d.args...)
+	cmd := exec.Command(agentboxBin(d.t), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Keep the test daemon's secrets key in its own dir, not in /etc.
