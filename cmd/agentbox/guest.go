@@ -8,11 +8,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/runner"
 	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
 func init() { extraCommands = append(extraCommands, guestCommand) }
+
+// guestSubcommands are added under "guest" (selfcheck.go registers one).
+var guestSubcommands []func() *cobra.Command
 
 // guestCommand is the in-sandbox agent. The native backend starts the runner
 // copy of this binary as "agentbox guest init" inside fresh namespaces:
@@ -29,11 +33,20 @@ func guestCommand() *cobra.Command {
 		Short: "Set up the sandbox and serve as its PID 1",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, args []string) {
+			if faultInject == "guest-init" {
+				os.Exit(1)
+			}
 			nsinit.Main(func(ln net.Listener) error {
-				return guest.Serve(context.Background(), ln, guest.Options{Version: version.Version})
+				// The version names this very build (runner.Build of our
+				// own executable) so an upgrade can tell guests apart.
+				build, _ := runner.Build("/proc/self/exe")
+				return guest.Serve(context.Background(), ln, guest.Options{Version: runner.GuestVersion(version.Version, build)})
 			})
 			os.Exit(0)
 		},
 	})
+	for _, sub := range guestSubcommands {
+		cmd.AddCommand(sub())
+	}
 	return cmd
 }

@@ -170,9 +170,18 @@ func setup() (net.Listener, error) {
 func readConfig() (*Config, error) {
 	f := os.NewFile(ConfigFD, "config")
 	defer f.Close()
-	var cfg Config
-	if err := json.NewDecoder(io.LimitReader(f, 1<<20)).Decode(&cfg); err != nil {
+	cfg, err := ParseConfig(f)
+	if err != nil {
 		return nil, fmt.Errorf("reading config from fd %d: %w", ConfigFD, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes and checks a Config (at most 1 MiB of JSON).
+func ParseConfig(r io.Reader) (*Config, error) {
+	var cfg Config
+	if err := json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(&cfg); err != nil {
+		return nil, err
 	}
 	if cfg.Rootfs == "" || len(cfg.Layers) == 0 || cfg.UpperDir == "" || cfg.WorkDir == "" || cfg.RunnerDir == "" {
 		return nil, errors.New("config: rootfs, layers, upper_dir, work_dir and runner_dir are required")
