@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/redact"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
@@ -232,7 +233,7 @@ func TestEgressFromInsideSandbox(t *testing.T) {
 	if len(got) != 1 || got[0] != "Bearer "+egressSecret {
 		t.Fatalf("upstream saw Authorization %q", got)
 	}
-	if strings.Contains(out, egressSecret) || strings.Contains(out, "from-inside") || !strings.Contains(out, egress.Redacted) {
+	if strings.Contains(out, egressSecret) || strings.Contains(out, "from-inside") || !strings.Contains(out, redact.Replacement("gh")) {
 		t.Fatalf("response inside: %q", out)
 	}
 	if out := run(t, sb, "NOFOLLOW=1 httpsget https://api.good.test:"+tp+"/redirect"); !strings.Contains(string(out.Stdout), "STATUS 302") {

@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -37,6 +36,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/secrets"
 )
 
@@ -411,7 +411,7 @@ func (b *Bridge) newProxy(c Connector, base *url.URL, rt http.RoundTripper) *htt
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			f := resp.Request.Context().Value(fwdKey{}).(*fwd)
-			red := secrets.NewRedactor(map[string][]byte{c.Secret: f.cred})
+			red := redact.New(map[string][]byte{c.Secret: f.cred})
 			for k, vs := range resp.Header {
 				for i, v := range vs {
 					vs[i] = red.RedactString(v)
@@ -421,7 +421,7 @@ func (b *Bridge) newProxy(c Connector, base *url.URL, rt http.RoundTripper) *htt
 			resp.Header.Del("Set-Cookie")
 			resp.Header.Del("Content-Length")
 			resp.ContentLength = -1
-			resp.Body = &redactingBody{rc: resp.Body, red: red}
+			resp.Body = redact.NewReader(resp.Body, red)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -437,34 +437,3 @@ func (b *Bridge) newProxy(c Connector, base *url.URL, rt http.RoundTripper) *htt
 		},
 	}
 }
-
-// redactingBody redacts a response body on the fly.
-type redactingBody struct {
-	rc   io.ReadCloser
-	red  *secrets.Redactor
-	out  []byte
-	done bool
-}
-
-func (b *redactingBody) Read(p []byte) (int, error) {
-	for len(b.out) == 0 {
-		if b.done {
-			return 0, io.EOF
-		}
-		buf := make([]byte, 32<<10)
-		n, err := b.rc.Read(buf)
-		b.out = append(b.out, b.red.Write("body", buf[:n])...)
-		if err != nil {
-			b.out = append(b.out, b.red.Flush("body")...)
-			b.done = true
-			if !errors.Is(err, io.EOF) {
-				return 0, err
-			}
-		}
-	}
-	n := copy(p, b.out)
-	b.out = b.out[n:]
-	return n, nil
-}
-
-func (b *redactingBody) Close() error { return b.rc.Close() }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/redact"
 )
 
 const handshakeTimeout = 15 * time.Second
@@ -107,7 +107,7 @@ type reqStateKey struct{}
 // reqState is what one intercepted request carries from ServeHTTP to the
 // response hook.
 type reqState struct {
-	secrets [][]byte // values injected (scrubbed from the response)
+	secrets map[string][]byte // values injected by secret name (scrubbed from the response)
 	names   []string
 	failed  bool
 }
@@ -124,7 +124,7 @@ func (in *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "agentbox egress proxy: Host does not match the CONNECT target", http.StatusMisdirectedRequest)
 		return
 	}
-	st := &reqState{}
+	st := &reqState{secrets: map[string][]byte{}}
 	// Client-supplied values of every injected header are dropped, whether
 	// or not a rule applies to this method and path.
 	for _, c := range in.creds {
@@ -150,7 +150,7 @@ func (in *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-		st.secrets = append(st.secrets, val)
+		st.secrets[c.Secret] = val
 		st.names = append(st.names, c.Secret)
 	}
 	if len(st.secrets) > 0 {
@@ -180,20 +180,22 @@ func (in *interceptor) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Del("Proxy-Authorization")
 }
 
-// modifyResponse scrubs injected values from the response's headers and
-// body.
+// modifyResponse scrubs injected values, raw and in their common encodings
+// (base64, URL escaping, hex: see internal/redact), from the response's
+// headers and body; an occurrence is replaced by redact.Replacement(name).
 func (in *interceptor) modifyResponse(resp *http.Response) error {
 	st, _ := resp.Request.Context().Value(reqStateKey{}).(*reqState)
 	if st == nil || len(st.secrets) == 0 {
 		return nil
 	}
+	red := redact.New(st.secrets)
 	for k, vs := range resp.Header {
 		for i, v := range vs {
-			resp.Header[k][i] = string(scrub([]byte(v), st.secrets))
+			resp.Header[k][i] = red.RedactString(v)
 		}
 	}
 	if resp.Body != nil && resp.Body != http.NoBody {
-		resp.Body = newScrubber(resp.Body, st.secrets)
+		resp.Body = redact.NewReader(resp.Body, red)
 		resp.ContentLength = -1
 		resp.Header.Del("Content-Length")
 	}
@@ -213,69 +215,3 @@ func (p *Proxy) secret(ctx context.Context, name string) ([]byte, error) {
 	}
 	return v, nil
 }
-
-// Redacted replaces an injected value in responses.
-const Redacted = "[agentbox:redacted]"
-
-func scrub(b []byte, secrets [][]byte) []byte {
-	for _, s := range secrets {
-		if bytes.Contains(b, s) {
-			b = bytes.ReplaceAll(b, s, []byte(Redacted))
-		}
-	}
-	return b
-}
-
-// scrubber replaces every occurrence of the secrets in a stream, holding
-// back just enough bytes that an occurrence split across reads is caught.
-type scrubber struct {
-	r       io.ReadCloser
-	secrets [][]byte
-	keep    int
-	pending []byte
-	out     []byte
-	buf     []byte
-	eof     bool
-}
-
-func newScrubber(r io.ReadCloser, secrets [][]byte) *scrubber {
-	longest := 0
-	for _, s := range secrets {
-		longest = max(longest, len(s))
-	}
-	return &scrubber{r: r, secrets: secrets, keep: longest - 1, buf: make([]byte, 32<<10)}
-}
-
-func (s *scrubber) Read(p []byte) (int, error) {
-	for len(s.out) == 0 {
-		if s.eof {
-			if len(s.pending) == 0 {
-				return 0, io.EOF
-			}
-			s.out, s.pending = s.pending, nil
-			break
-		}
-		n, err := s.r.Read(s.buf)
-		s.pending = append(s.pending, s.buf[:n]...)
-		if err == io.EOF {
-			s.eof = true
-		} else if err != nil {
-			return 0, err
-		}
-		s.pending = scrub(s.pending, s.secrets)
-		keep := s.keep
-		if s.eof {
-			keep = 0
-		}
-		if len(s.pending) > keep {
-			cut := len(s.pending) - keep
-			s.out = append([]byte(nil), s.pending[:cut]...)
-			s.pending = append([]byte(nil), s.pending[cut:]...)
-		}
-	}
-	n := copy(p, s.out)
-	s.out = s.out[n:]
-	return n, nil
-}
-
-func (s *scrubber) Close() error { return s.r.Close() }

@@ -1,4 +1,9 @@
-package secrets
+// Package redact removes secret values, and their common encodings, from
+// streams of bytes. It is the one redactor of agentbox: exec and attach
+// output and bridge events (internal/sandbox), bridge connector responses
+// (internal/bridge) and intercepted egress responses (internal/egress) all
+// use it.
+package redact
 
 import (
 	"bytes"
@@ -11,7 +16,7 @@ import (
 // Redactor replaces every occurrence of a set of secret values, and of their
 // common encodings (standard and URL base64 with and without padding, URL
 // query and path escaping, lowercase hex), in streams of output with
-// "[REDACTED:name]". It works on streams cut into arbitrary chunks: a value
+// Replacement(name). It works on streams cut into arbitrary chunks: a value
 // split across two chunks is still caught, because the end of a chunk that
 // could be the start of a value is held back until the next chunk (or Flush)
 // decides. Only a genuine partial match is held back, so interactive output
@@ -33,9 +38,12 @@ type pattern struct {
 	repl   []byte
 }
 
-// NewRedactor returns a redactor of values (secret name → value). Empty
+// Replacement is what replaces a value of the secret named name.
+func Replacement(name string) string { return "[REDACTED:" + name + "]" }
+
+// New returns a redactor of values (secret name → value). Empty
 // values are ignored. A redactor of no values passes data through.
-func NewRedactor(values map[string][]byte) *Redactor {
+func New(values map[string][]byte) *Redactor {
 	r := &Redactor{tails: map[string][]byte{}}
 	seen := map[string]bool{}
 	add := func(needle, name string) {
@@ -43,7 +51,7 @@ func NewRedactor(values map[string][]byte) *Redactor {
 			return
 		}
 		seen[needle] = true
-		r.pats = append(r.pats, pattern{needle: []byte(needle), repl: []byte("[REDACTED:" + name + "]")})
+		r.pats = append(r.pats, pattern{needle: []byte(needle), repl: []byte(Replacement(name))})
 		r.maxLen = max(r.maxLen, len(needle))
 	}
 	names := make([]string, 0, len(values))

@@ -1,4 +1,4 @@
-package secrets
+package redact
 
 import (
 	"encoding/base64"
@@ -22,7 +22,7 @@ func feed(r *Redactor, data string, sizes ...int) string {
 
 func TestRedactorWhole(t *testing.T) {
 	secret := "s3cr3t-v@lue/with+chars"
-	r := NewRedactor(map[string][]byte{"api": []byte(secret)})
+	r := New(map[string][]byte{"api": []byte(secret)})
 	in := "before " + secret + " middle " + secret + secret + " after"
 	got := feed(r, in, 4096)
 	want := "before [REDACTED:api] middle [REDACTED:api][REDACTED:api] after"
@@ -33,7 +33,7 @@ func TestRedactorWhole(t *testing.T) {
 
 func TestRedactorSplitChunks(t *testing.T) {
 	secret := "ABCDEFGHIJKLMNOP"
-	r := NewRedactor(map[string][]byte{"k": []byte(secret)})
+	r := New(map[string][]byte{"k": []byte(secret)})
 	in := "xx" + secret + "yy" + "ABCD" + "zz" + secret
 	want := "xx[REDACTED:k]yyABCDzz[REDACTED:k]"
 	// Every chunk size, including 1 byte at a time, and uneven cycles.
@@ -52,7 +52,7 @@ func TestRedactorSplitChunks(t *testing.T) {
 }
 
 func TestRedactorHoldsBackOnlyPartialMatches(t *testing.T) {
-	r := NewRedactor(map[string][]byte{"k": []byte("secretvalue")})
+	r := New(map[string][]byte{"k": []byte("secretvalue")})
 	if got := string(r.Write("stdout", []byte("prompt$ "))); got != "prompt$ " {
 		t.Fatalf("unrelated output held back: %q", got)
 	}
@@ -71,7 +71,7 @@ func TestRedactorHoldsBackOnlyPartialMatches(t *testing.T) {
 
 func TestRedactorEncodings(t *testing.T) {
 	secret := "tok_en/with?odd&chars=+"
-	r := NewRedactor(map[string][]byte{"t": []byte(secret)})
+	r := New(map[string][]byte{"t": []byte(secret)})
 	forms := []string{
 		base64.StdEncoding.EncodeToString([]byte(secret)),
 		base64.RawURLEncoding.EncodeToString([]byte(secret)),
@@ -89,14 +89,14 @@ func TestRedactorEncodings(t *testing.T) {
 }
 
 func TestRedactorSeveralSecrets(t *testing.T) {
-	r := NewRedactor(map[string][]byte{"short": []byte("abc"), "long": []byte("abcdef"), "empty": nil})
+	r := New(map[string][]byte{"short": []byte("abc"), "long": []byte("abcdef"), "empty": nil})
 	if got := feed(r, "abcdef abc ab", 2); got != "[REDACTED:long] [REDACTED:short] ab" {
 		t.Fatalf("got %q", got)
 	}
-	if NewRedactor(nil).Empty() != true || r.Empty() {
+	if New(nil).Empty() != true || r.Empty() {
 		t.Fatal("Empty wrong")
 	}
-	if got := NewRedactor(nil).Write("stdout", []byte("x")); string(got) != "x" {
+	if got := New(nil).Write("stdout", []byte("x")); string(got) != "x" {
 		t.Fatalf("pass-through: %q", got)
 	}
 	if s := r.RedactString("Bearer abcdef"); strings.Contains(s, "abc") {
@@ -122,8 +122,8 @@ func TestRedactorChunkingInvariant(t *testing.T) {
 			sb.WriteByte(alphabet[next(len(alphabet))])
 		}
 		in := sb.String()
-		want := feed(NewRedactor(vals), in, len(in))
-		got := feed(NewRedactor(vals), in, 1+next(5), 1+next(9), 1+next(3))
+		want := feed(New(vals), in, len(in))
+		got := feed(New(vals), in, 1+next(5), 1+next(9), 1+next(3))
 		if got != want {
 			t.Fatalf("input %q: chunked %q, whole %q", in, got, want)
 		}

@@ -4,7 +4,7 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/api"
-	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/redact"
 )
 
 // runStream wraps the event stream of an exec or attach: it redacts secret
@@ -15,7 +15,7 @@ import (
 // rely on the token being dead.
 type runStream struct {
 	inner ExecStream
-	red   *secrets.Redactor // nil: nothing to redact
+	red   *redact.Redactor // nil: nothing to redact
 	// onExit runs once, when the exit or error event passes.
 	onExit func()
 	// onDetach runs once, when the stream is closed before the exit.

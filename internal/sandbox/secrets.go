@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/secrets"
 )
@@ -255,7 +256,7 @@ func (m *Manager) rememberSecrets(id string, values map[string][]byte) {
 
 // redactor returns the redactor of sandbox id's output (nil: nothing to
 // redact).
-func (m *Manager) redactor(id string) *secrets.Redactor {
+func (m *Manager) redactor(id string) *redact.Redactor {
 	m.sec.mu.Lock()
 	set := m.sec.used[id]
 	values := make(map[string][]byte, len(set))
@@ -266,7 +267,7 @@ func (m *Manager) redactor(id string) *secrets.Redactor {
 	if len(values) == 0 {
 		return nil
 	}
-	return secrets.NewRedactor(values)
+	return redact.New(values)
 }
 
 // endRun revokes r's token.
