@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 // only).
 type copyOptions struct {
 	preserve bool // keep owners, xattrs, whiteouts, fifos and hardlinks
+	reflink  bool // share file data with FICLONE where the filesystem can
 	uid, gid int  // owner when !preserve
 }
 
@@ -65,7 +65,7 @@ func copyTree(ctx context.Context, src, dst string, o copyOptions) error {
 				}
 				inodes[st.Ino] = target
 			}
-			if err := copyFile(path, target); err != nil {
+			if err := copyFile(path, target, o.reflink); err != nil {
 				return err
 			}
 		case unix.S_IFLNK:
@@ -118,7 +118,7 @@ func copyTree(ctx context.Context, src, dst string, o copyOptions) error {
 	return nil
 }
 
-func copyFile(src, dst string) error {
+func copyFile(src, dst string, reflink bool) error {
 	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
@@ -128,7 +128,7 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	if err := copyData(out, in, reflink); err != nil {
 		out.Close()
 		return fmt.Errorf("copying %s: %w", src, err)
 	}

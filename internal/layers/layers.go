@@ -67,6 +67,8 @@ type Layer struct {
 	Size      int64     `json:"size"`             // bytes allocated on disk (hardlinks counted once)
 	CreatedAt time.Time `json:"created_at"`
 	Refs      []string  `json:"refs,omitempty"` // owners that keep the layer alive (sorted)
+
+	used time.Time // last lookup in this process (see GCOptions.MinAge)
 }
 
 // CreateOptions are options of the layer-creating methods.
@@ -78,9 +80,10 @@ type CreateOptions struct {
 
 // Store manages the layers under one root directory.
 type Store struct {
-	root string
-	ids  runtime.IDMap
-	log  *slog.Logger
+	root   string
+	ids    runtime.IDMap
+	log    *slog.Logger
+	driver Driver // see driver.go
 
 	// mu guards layers and every metadata file write.
 	mu     sync.Mutex
@@ -93,7 +96,10 @@ type Store struct {
 // The root (and every directory above it) must be searchable by the mapped
 // ids, since the overlay is mounted from inside the sandbox user namespace:
 // New creates root with mode 0711.
-func New(root string, ids runtime.IDMap) (*Store, error) {
+//
+// The storage driver is probed on root's filesystem (see ProbeDriver)
+// unless an Option chooses one.
+func New(root string, ids runtime.IDMap, opts ...Option) (*Store, error) {
 	if ids.Size == 0 {
 		return nil, fmt.Errorf("layer store %s: empty id map: %w", root, errdefs.ErrInvalidArgument)
 	}
@@ -118,6 +124,15 @@ func New(root string, ids runtime.IDMap) (*Store, error) {
 	if err := s.load(); err != nil {
 		return nil, err
 	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.driver == nil {
+		if s.driver, err = ProbeDriver(s.tmpDir()); err != nil {
+			return nil, err
+		}
+	}
+	s.log.Debug("layer store opened", "driver", s.driver.Name(), "fs", s.driver.Features().Filesystem)
 	return s, nil
 }
 
@@ -214,11 +229,13 @@ func (s *Store) Get(id string) (Layer, error) {
 
 func (s *Store) getLocked(id string) (*Layer, error) {
 	if l, ok := s.layers[id]; ok {
+		l.used = time.Now()
 		return l, nil
 	}
 	if len(id) >= shortLen {
 		for full, l := range s.layers {
 			if strings.HasPrefix(full, id) {
+				l.used = time.Now()
 				return l, nil
 			}
 		}
@@ -337,11 +354,20 @@ func (s *Store) updateRefs(id string, f func([]string) []string) error {
 // Remove deletes layer id. It fails with errdefs.ErrConflict while the layer
 // is referenced or another layer is stacked on it.
 func (s *Store) Remove(ctx context.Context, id string) error {
+	return s.remove(ctx, id, nil)
+}
+
+// remove deletes layer id unless it is referenced, has layers stacked on
+// it, or check (called with s.mu held) fails.
+func (s *Store) remove(ctx context.Context, id string, check func(*Layer) error) error {
 	s.mu.Lock()
-	l, err := s.getLocked(id)
-	if err != nil {
-		s.mu.Unlock()
-		return err
+	l, ok := s.layers[id] // not getLocked: a removal is no use
+	if !ok {
+		var err error
+		if l, err = s.getLocked(id); err != nil {
+			s.mu.Unlock()
+			return err
+		}
 	}
 	if len(l.Refs) > 0 {
 		s.mu.Unlock()
@@ -351,6 +377,12 @@ func (s *Store) Remove(ctx context.Context, id string) error {
 		if o.Parent == l.ID {
 			s.mu.Unlock()
 			return fmt.Errorf("removing layer %s: layer %s is stacked on it: %w", l.ID, o.ID, errdefs.ErrConflict)
+		}
+	}
+	if check != nil {
+		if err := check(l); err != nil {
+			s.mu.Unlock()
+			return err
 		}
 	}
 	// Metadata first: once it is gone the layer is invisible, and a
@@ -399,7 +431,7 @@ func (s *Store) CreateFromDir(ctx context.Context, src string, opts CreateOption
 		if !errors.Is(err, unix.EXDEV) {
 			return Layer{}, fmt.Errorf("creating layer from %s: %w", src, err)
 		}
-		if err := copyTree(ctx, src, dst, copyOptions{preserve: true}); err != nil {
+		if err := s.driver.Clone(ctx, src, dst); err != nil {
 			return Layer{}, fmt.Errorf("creating layer from %s: %w", src, err)
 		}
 		if err := os.RemoveAll(src); err != nil {
@@ -503,9 +535,10 @@ func (s *Store) commit(ctx context.Context, dir string, opts CreateOptions) (Lay
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l, ok := s.layers[id]; ok {
+		l.used = time.Now()
 		return l.clone(), nil // identical layer exists; the caller removes dir
 	}
-	l := &Layer{ID: id, Digest: digest, Parent: opts.Parent, Path: s.dirOf(id), Size: size, CreatedAt: time.Now().UTC()}
+	l := &Layer{ID: id, Digest: digest, Parent: opts.Parent, Path: s.dirOf(id), Size: size, CreatedAt: time.Now().UTC(), used: time.Now()}
 	if _, err := os.Lstat(l.Path); err == nil {
 		return Layer{}, fmt.Errorf("creating layer %s: directory %s taken by another layer: %w", id, l.Path, errdefs.ErrInternal)
 	}

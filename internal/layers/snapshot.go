@@ -10,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
-// CreateFromCopy makes an exact copy of src (for example the overlay upper
+// CreateFromCopy makes, with the store's Driver, an exact copy of src (for example the overlay upper
 // directory of a running, frozen sandbox) and commits it as a new immutable
 // layer on top of opts.Parent. Unlike CreateFromDir, src is left untouched.
 // The copy keeps owners, permission bits, timestamps, xattrs (the
@@ -32,7 +32,7 @@ func (s *Store) CreateFromCopy(ctx context.Context, src string, opts CreateOptio
 	}
 	defer os.RemoveAll(holder)
 	dst := filepath.Join(holder, "l")
-	if err := copyTree(ctx, src, dst, copyOptions{preserve: true}); err != nil {
+	if err := s.driver.Clone(ctx, src, dst); err != nil {
 		return Layer{}, fmt.Errorf("copying %s into a layer: %w", src, err)
 	}
 	return s.commit(ctx, dst, opts)
