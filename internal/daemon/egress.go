@@ -21,7 +21,7 @@ import (
 // mode "egress"). Credentials come from secrets (the encrypted store). It
 // must run before Recover.
 func setupEgress(cfg *config.Config, mgr *sandbox.Manager, secrets egress.SecretSource, log *slog.Logger) error {
-	ecfg := egress.Config{Secrets: secrets, Logger: log}
+	ecfg := egress.Config{Secrets: secrets, Logger: log, RunOf: mgr.ActiveRun}
 	if cfg.EgressHostsFile != "" {
 		hosts, err := loadHosts(cfg.EgressHostsFile)
 		if err != nil {

@@ -135,6 +135,7 @@ func newEnv(t testing.TB, spec func(e *env) api.NetworkSpec) *env {
 		RootCAs:     e.upRoots,
 		PermitAddrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
 		Logger:      testLogger(),
+		RunOf:       func(_ context.Context, id string) string { return "run_of_" + id },
 	})
 	caPEM, err := e.proxy.Configure("sb1", t.TempDir(), spec(e))
 	if err != nil {
@@ -367,7 +368,7 @@ func TestCredentialInjectionAndScrubbing(t *testing.T) {
 			t.Fatalf("record holds the secret: %+v", recs[i])
 		}
 	}
-	if req == nil || len(req.Credentials) != 1 || req.Credentials[0] != "gh" || req.Path != "/repos" || req.Status != 200 {
+	if req == nil || len(req.Credentials) != 1 || req.Credentials[0] != "gh" || req.Path != "/repos" || req.Status != 200 || req.RunID != "run_of_sb1" {
 		t.Fatalf("request record %+v", req)
 	}
 

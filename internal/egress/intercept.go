@@ -49,7 +49,7 @@ func (f *front) intercept(client net.Conn, t *target, creds []Credential) {
 		if sniErr != "" {
 			rec.Reason = sniErr
 		}
-		f.p.record(f.sb, rec)
+		f.record(rec)
 		return
 	}
 	tr := &http.Transport{
@@ -91,7 +91,7 @@ func (f *front) intercept(client net.Conn, t *target, creds []Credential) {
 		BaseContext: func(net.Listener) context.Context { return f.ctx },
 	}
 	_ = srv.Serve(newOneConnListener(tc))
-	f.p.record(f.sb, rec)
+	f.record(rec)
 }
 
 type interceptor struct {
@@ -120,7 +120,7 @@ func (in *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	canon, cerr := CanonicalHost(hh)
 	if err != nil || cerr != nil || canon != t.host || hp != t.port {
 		rec.Decision, rec.Reason, rec.Status = api.EgressDenied, "Host header is not the CONNECT target", http.StatusMisdirectedRequest
-		in.f.p.record(in.f.sb, rec)
+		in.f.record(rec)
 		http.Error(w, "agentbox egress proxy: Host does not match the CONNECT target", http.StatusMisdirectedRequest)
 		return
 	}
@@ -137,7 +137,7 @@ func (in *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		val, err := in.f.p.secret(r.Context(), c.Secret)
 		if err != nil {
 			rec.Decision, rec.Reason, rec.Status = api.EgressError, "credential "+c.Secret+" unavailable", http.StatusBadGateway
-			in.f.p.record(in.f.sb, rec)
+			in.f.record(rec)
 			http.Error(w, "agentbox egress proxy: credential "+c.Secret+" unavailable", http.StatusBadGateway)
 			return
 		}
@@ -166,7 +166,7 @@ func (in *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if st.failed {
 		rec.Decision, rec.Reason = api.EgressError, "upstream request failed"
 	}
-	in.f.p.record(in.f.sb, rec)
+	in.f.record(rec)
 }
 
 func (in *interceptor) rewrite(pr *httputil.ProxyRequest) {

@@ -50,6 +50,10 @@ type Config struct {
 	DialTimeout time.Duration
 	// MaxRecords is the number of egress records kept per sandbox (default 1000).
 	MaxRecords int
+	// RunOf names the run a new proxy connection of a sandbox is
+	// attributed to ("" for none); its records carry that run id. It is
+	// called once per proxy connection. Nil: records carry no run id.
+	RunOf func(ctx context.Context, sandboxID string) string
 	Logger     *slog.Logger
 }
 
@@ -150,7 +154,7 @@ func (p *Proxy) record(sb *sandbox, rec api.EgressRecord) {
 	rec.Time = time.Now().UTC()
 	rec.SandboxID = sb.id
 	sb.records.add(rec)
-	p.log.Info("egress", "sandbox", sb.id, "kind", rec.Kind, "dest", rec.Destination, "addr", rec.Address,
+	p.log.Info("egress", "sandbox", sb.id, "run", rec.RunID, "kind", rec.Kind, "dest", rec.Destination, "addr", rec.Address,
 		"method", rec.Method, "path", rec.Path, "status", rec.Status, "decision", rec.Decision, "rule", rec.Rule,
 		"reason", rec.Reason, "up", rec.BytesUp, "down", rec.BytesDown, "credentials", rec.Credentials)
 }
@@ -163,8 +167,12 @@ func (p *Proxy) ServeConn(ctx context.Context, sandboxID string, conn net.Conn) 
 		conn.Close()
 		return
 	}
+	var run string
+	if p.cfg.RunOf != nil {
+		run = p.cfg.RunOf(ctx, sandboxID)
+	}
 	srv := &http.Server{
-		Handler:           &front{p: p, sb: sb, ctx: ctx},
+		Handler:           &front{p: p, sb: sb, ctx: ctx, run: run},
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
@@ -179,6 +187,13 @@ type front struct {
 	p   *Proxy
 	sb  *sandbox
 	ctx context.Context // the proxy connection's
+	run string          // the run the connection is attributed to, if any
+}
+
+// record records rec for the front's sandbox and run.
+func (f *front) record(rec api.EgressRecord) {
+	rec.RunID = f.run
+	f.record(rec)
 }
 
 func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -268,7 +283,7 @@ func (f *front) deny(w http.ResponseWriter, kind string, t *target, err error, m
 	if errors.Is(err, errUnresolved) {
 		status = http.StatusBadGateway
 	}
-	f.p.record(f.sb, api.EgressRecord{Kind: kind, Destination: t.dest, Method: method, Path: path, Status: status,
+	f.record(api.EgressRecord{Kind: kind, Destination: t.dest, Method: method, Path: path, Status: status,
 		Decision: api.EgressDenied, Rule: t.dec.Rule, Reason: t.dec.Reason})
 	http.Error(w, "agentbox egress proxy: "+t.dest+": "+t.dec.Reason, status)
 }
@@ -306,7 +321,7 @@ func (f *front) connect(w http.ResponseWriter, r *http.Request) {
 	if len(creds) == 0 {
 		up, err = f.p.dial(r.Context(), t)
 		if err != nil {
-			f.p.record(f.sb, api.EgressRecord{Kind: "connect", Destination: t.dest, Address: t.addr.String(), Decision: api.EgressError, Rule: t.dec.Rule, Reason: "dial failed"})
+			f.record(api.EgressRecord{Kind: "connect", Destination: t.dest, Address: t.addr.String(), Decision: api.EgressError, Rule: t.dec.Rule, Reason: "dial failed"})
 			http.Error(w, "agentbox egress proxy: cannot connect to "+t.dest, http.StatusBadGateway)
 			return
 		}
@@ -331,7 +346,7 @@ func (f *front) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	upN, downN := splice(client, up)
-	f.p.record(f.sb, api.EgressRecord{Kind: "connect", Destination: t.dest, Address: t.addr.String(),
+	f.record(api.EgressRecord{Kind: "connect", Destination: t.dest, Address: t.addr.String(),
 		Decision: api.EgressAllowed, Rule: t.dec.Rule, BytesUp: upN, BytesDown: downN})
 }
 
@@ -396,7 +411,7 @@ func (f *front) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	rp.ServeHTTP(cw, r)
 	rec.Status, rec.BytesUp, rec.BytesDown = cw.status, body.n, cw.n
-	f.p.record(f.sb, rec)
+	f.record(rec)
 }
 
 // bufConn reads through a bufio.Reader that may hold bytes already.

@@ -37,6 +37,7 @@ func (m *Manager) wrapStream(b *box, s ExecStream, r *run, pid int) ExecStream {
 	}
 	rs := &runStream{inner: s, red: red}
 	if r != nil {
+		m.setRunPid(r, pid)
 		rs.onExit = func() { m.endRun(r) }
 		rs.onDetach = func() { m.followRun(b, r, pid) }
 	}

@@ -71,6 +71,7 @@ type run struct {
 	id, sandbox, boot string
 	rt                runtime.Sandbox // the sandbox's runtime instance at mint time
 	expires           time.Time
+	pid               int // the process, once started (guarded by secretState.mu)
 }
 
 // SetSecrets connects the secret store and the run-token minter. Without
@@ -286,6 +287,7 @@ func (m *Manager) followRun(b *box, r *run, pid int) {
 	if r == nil {
 		return
 	}
+	m.setRunPid(r, pid)
 	b.mu.Lock()
 	g := b.guest
 	b.mu.Unlock()

@@ -1,0 +1,84 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+)
+
+// Attributing egress connections to runs.
+//
+// A connection reaches the egress proxy over the sandbox's tunnel, which
+// proves the sandbox but not the process: the guest's relay sees only a
+// loopback peer. Finding the process would mean matching the peer's socket
+// inode in /proc/net/tcp against every process's fds inside the sandbox
+// and walking its parents up to an exec'd process, for every connection,
+// in a guest we do not trust anyway. We chose the cheap rule that is never
+// wrong when it answers: a connection belongs to run R when R is the only
+// live run (exec with a run token; the only execs that have a run id) of
+// the sandbox AND the guest reports R's process as the only running
+// exec'd process. With two runs, or a run beside any other exec (a
+// background server, an exec without a token), the record's run id stays
+// empty. The guest answers the process list, so a compromised guest can
+// mislabel its own sandbox's records, nothing more; the label is
+// bookkeeping, never an input to a policy or authorization decision.
+
+// runAttrTimeout bounds the guest round trip of ActiveRun.
+const runAttrTimeout = 2 * time.Second
+
+// ActiveRun returns the id of the run a new egress connection of sandbox id
+// is attributed to, or "" (see above). It costs a guest round trip only
+// when exactly one run of the sandbox is live.
+func (m *Manager) ActiveRun(ctx context.Context, id string) string {
+	now := time.Now()
+	var only *run
+	m.sec.mu.Lock()
+	for _, r := range m.sec.runs {
+		if r.sandbox != id || now.After(r.expires) {
+			continue
+		}
+		if only != nil {
+			m.sec.mu.Unlock()
+			return ""
+		}
+		only = r
+	}
+	var pid int
+	if only != nil {
+		pid = only.pid
+	}
+	m.sec.mu.Unlock()
+	if only == nil || pid == 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, runAttrTimeout)
+	defer cancel()
+	procs, err := m.ListProcesses(ctx, id)
+	if err != nil {
+		return ""
+	}
+	running := 0
+	for _, p := range procs {
+		if !p.Running {
+			continue
+		}
+		running++
+		if p.Pid != pid || running > 1 {
+			return ""
+		}
+	}
+	if running != 1 {
+		return ""
+	}
+	return only.id
+}
+
+// setRunPid records the pid of r's process (in the sandbox's pid
+// namespace).
+func (m *Manager) setRunPid(r *run, pid int) {
+	if r == nil {
+		return
+	}
+	m.sec.mu.Lock()
+	r.pid = pid
+	m.sec.mu.Unlock()
+}
