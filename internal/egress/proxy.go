@@ -193,7 +193,7 @@ type front struct {
 // record records rec for the front's sandbox and run.
 func (f *front) record(rec api.EgressRecord) {
 	rec.RunID = f.run
-	f.record(rec)
+	f.p.record(f.sb, rec)
 }
 
 func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
