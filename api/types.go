@@ -46,13 +46,18 @@ type CreateSandboxRequest struct {
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"` // hard lifetime; 0 = none
 	Hostname       string            `json:"hostname,omitempty"`
 	Network        *NetworkSpec      `json:"network,omitempty"` // default mode "none"; see api/network.go
+	// Name is unique among live sandboxes: creating a sandbox with the name
+	// of an existing one returns that one (woken; 200 instead of 201).
+	Name      string      `json:"name,omitempty"`
+	Lifecycle string      `json:"lifecycle,omitempty"` // "session" (default) or "persistent"; see api/lifecycle.go
+	Idle      *IdlePolicy `json:"idle,omitempty"`      // overrides of the preset's idle policy
 }
 
 // Sandbox states.
 const (
 	StateCreating = "creating"
 	StateRunning  = "running"
-	StateStopped  = "stopped" // the guest died; only delete is possible
+	StateStopped  = "stopped" // the guest died; resume restarts it, delete removes it
 	StateDeleting = "deleting"
 )
 
@@ -68,9 +73,17 @@ type Sandbox struct {
 	Hostname     string            `json:"hostname"`
 	Backend      string            `json:"backend"`
 	GuestVersion string            `json:"guest_version,omitempty"`
+	Runner       string            `json:"runner,omitempty"` // hash of the runner the guest runs (api/upgrade.go)
 	CreatedAt    time.Time         `json:"created_at"`
 	ExpiresAt    *time.Time        `json:"expires_at,omitempty"`
 	Network      *NetworkSpec      `json:"network,omitempty"`
+	// Lifecycle fields (api/lifecycle.go): the preset, the effective idle
+	// policy, the last activity and the last transition.
+	Name           string      `json:"name,omitempty"`
+	Lifecycle      string      `json:"lifecycle,omitempty"`
+	Idle           *IdlePolicy `json:"idle,omitempty"`
+	LastActivityAt *time.Time  `json:"last_activity_at,omitempty"`
+	LastTransition *Transition `json:"last_transition,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

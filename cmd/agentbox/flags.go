@@ -75,6 +75,9 @@ type specFlags struct {
 	hostname string
 	allow    []string // egress allow rules; any turns on network mode egress
 	deny     []string
+	// lifecycle (cmd/agentbox/lifecycle.go)
+	name, lifecycle                         string
+	pauseAfter, hibernateAfter, deleteAfter string
 }
 
 func (f *specFlags) register(cmd *cobra.Command) {
@@ -89,6 +92,11 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.hostname, "hostname", "", "hostname inside the sandbox")
 	fs.StringArrayVar(&f.allow, "allow-host", nil, "turn on egress through the proxy and allow HOST[:PORT|:*] (*.example.com wildcards, IPs, CIDRs; repeatable)")
 	fs.StringArrayVar(&f.deny, "deny-host", nil, "deny HOST[:PORT] in egress mode, overriding allows (repeatable)")
+	fs.StringVar(&f.name, "name", "", "unique name; creating an existing name returns that sandbox")
+	fs.StringVar(&f.lifecycle, "lifecycle", "", "session (default: deleted when idle) or persistent (kept, hibernated when idle)")
+	fs.StringVar(&f.pauseAfter, "pause-after", "", "pause after this much idle time, e.g. 5m, or never")
+	fs.StringVar(&f.hibernateAfter, "hibernate-after", "", "hibernate after this much idle time, or never")
+	fs.StringVar(&f.deleteAfter, "delete-after", "", "delete after this much idle time, or never")
 }
 
 func (f *specFlags) spec() (agentbox.SandboxSpec, error) {
@@ -113,6 +121,19 @@ func (f *specFlags) spec() (agentbox.SandboxSpec, error) {
 	spec.TimeoutSeconds = int64(math.Ceil(f.timeout.Seconds()))
 	if len(f.allow) > 0 || len(f.deny) > 0 {
 		spec.Network = &agentbox.NetworkSpec{Mode: "egress", Allow: f.allow, Deny: f.deny}
+	}
+	spec.Name, spec.Lifecycle = f.name, f.lifecycle
+	var idle agentbox.IdlePolicy
+	for _, p := range []struct {
+		flag, v string
+		out     *int64
+	}{{"pause-after", f.pauseAfter, &idle.PauseAfterSeconds}, {"hibernate-after", f.hibernateAfter, &idle.HibernateAfterSeconds}, {"delete-after", f.deleteAfter, &idle.DeleteAfterSeconds}} {
+		if *p.out, err = idleSeconds(p.flag, p.v); err != nil {
+			return spec, err
+		}
+	}
+	if idle != (agentbox.IdlePolicy{}) {
+		spec.Idle = &idle
 	}
 	return spec, nil
 }

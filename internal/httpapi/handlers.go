@@ -41,13 +41,13 @@ func (h *handler) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	sb, err := h.svc.CreateSandbox(r.Context(), req)
+	sb, status, err := h.create(r.Context(), req)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/v1/sandboxes/"+sb.ID)
-	writeJSON(w, http.StatusCreated, sb)
+	writeJSON(w, status, sb)
 }
 
 func validCreate(req *api.CreateSandboxRequest) error {

@@ -113,7 +113,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates", h.listTemplates},
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
-	}, append(append(h.checkpointRoutes(), h.secretRoutes()...), h.networkRoutes()...)...)
+	}, append(append(append(h.checkpointRoutes(), h.secretRoutes()...), h.networkRoutes()...), h.lifecycleRoutes()...)...)
 }
 
 // reqState is per-request data shared by the middleware and handlers.

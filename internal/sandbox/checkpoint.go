@@ -12,7 +12,6 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
@@ -78,10 +77,14 @@ func validateLabels(labels map[string]string) error {
 }
 
 // lockRunning takes the sandbox's lifecycle lock exclusively and checks
-// that it is running; the caller calls unlock.
+// that it is running, waking it first when it is paused or hibernated; the
+// caller calls unlock.
 func (m *Manager) lockRunning(id string) (b *box, unlock func(), err error) {
 	b, err = m.get(id)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.wakeIfAsleep(b, "checkpoint"); err != nil {
 		return nil, nil, err
 	}
 	b.life.Lock()
@@ -369,15 +372,10 @@ func (m *Manager) restoreLocked(ctx context.Context, b *box, ck store.Checkpoint
 	}
 	ctx = context.WithoutCancel(ctx) // a half-done restore must be finished
 	b.mu.Lock()
-	old := b.rt
 	rec := b.rec
-	b.rt = nil // the watcher of old ignores its exit
 	b.mu.Unlock()
 	id := rec.Sandbox.ID
 	if err := ls.Ref(ctx, ck.Layer, sandboxRef(id)); err != nil {
-		b.mu.Lock()
-		b.rt = old
-		b.mu.Unlock()
 		return err
 	}
 	oldTop := ""
@@ -386,10 +384,11 @@ func (m *Manager) restoreLocked(ctx context.Context, b *box, ck store.Checkpoint
 			oldTop = l.ID
 		}
 	}
+	var old runtime.Sandbox
 	fail := func(err error) error {
 		b.mu.Lock()
 		b.rt = old
-		b.rec.Sandbox.State = api.StateStopped
+		m.setStateLocked(b, api.StateStopped, api.CauseError, "restore failed")
 		r := b.rec
 		b.mu.Unlock()
 		r.UpdatedAt = time.Now().UTC()
@@ -398,7 +397,8 @@ func (m *Manager) restoreLocked(ctx context.Context, b *box, ck store.Checkpoint
 		}
 		return err
 	}
-	if err := old.Destroy(ctx); err != nil {
+	old, err = m.stopGuestLocked(ctx, b)
+	if err != nil {
 		return fail(err)
 	}
 	trash, err := m.freshUpper(id)
@@ -406,39 +406,10 @@ func (m *Manager) restoreLocked(ctx context.Context, b *box, ck store.Checkpoint
 		return fail(err)
 	}
 	go func() { _ = os.RemoveAll(trash) }()
-
-	rec.Layers = paths
-	p := m.paths(id)
-	if err := os.MkdirAll(p.state, 0o700); err != nil {
+	if err := m.startGuestLocked(ctx, b, paths); err != nil {
 		return fail(err)
 	}
-	rt, err := m.backend.Create(ctx, m.runtimeSpec(rec))
-	if err != nil {
-		return fail(err)
-	}
-	guest := client.New(rt.SocketPath())
-	vctx, cancel := context.WithTimeout(ctx, guestReadyWait)
-	version, err := guest.Version(vctx)
-	cancel()
-	if err != nil {
-		_ = rt.Destroy(ctx)
-		return fail(fmt.Errorf("waiting for guest: %w", err))
-	}
-	rec.Sandbox.GuestVersion = version
-	rec.Sandbox.State = api.StateRunning
-	rec.RuntimeState = rt.State()
-	rec.UpdatedAt = time.Now().UTC()
-	b.mu.Lock()
-	b.rt, b.guest = rt, guest
-	b.rec.Layers = rec.Layers
-	b.rec.RuntimeState = rec.RuntimeState
-	b.rec.Sandbox.GuestVersion = version
-	b.rec.Sandbox.State = api.StateRunning
-	rec = b.rec
-	b.mu.Unlock()
-	go m.watch(b)
-	m.startTunnel(b) // the old keeper ended with the old guest
-	if err := m.store.PutSandbox(ctx, rec); err != nil {
+	if err := m.saveLocked(ctx, b); err != nil {
 		return err
 	}
 	if oldTop != "" && oldTop != ck.Layer {

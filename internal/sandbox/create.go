@@ -88,10 +88,11 @@ func validateEnv(env map[string]string) error {
 	return nil
 }
 
-// CreateSandbox creates and starts a sandbox from a template. It returns
+// createSandbox creates and starts a sandbox from a template. It returns
 // once the sandbox's guest answers, so the first exec needs no retry. On
-// error nothing of the sandbox is left behind.
-func (m *Manager) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+// error nothing of the sandbox is left behind. req.Lifecycle and req.Idle
+// are already resolved (CreateOrGetSandbox).
+func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	if err := validateCreate(&req); err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
@@ -142,6 +143,9 @@ func (m *Manager) CreateSandbox(ctx context.Context, req api.CreateSandboxReques
 		Backend:    m.backend.Capabilities().Name,
 		CreatedAt:  now,
 		Network:    network,
+		Name:       req.Name,
+		Lifecycle:  req.Lifecycle,
+		Idle:       req.Idle,
 	}
 	if req.TimeoutSeconds > 0 {
 		exp := now.Add(time.Duration(req.TimeoutSeconds) * time.Second)
@@ -230,6 +234,7 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 	rec.Sandbox.State = api.StateRunning
 	rec.RuntimeState = rt.State()
 	rec.UpdatedAt = time.Now().UTC()
+	addTransition(&rec, api.Transition{From: api.StateCreating, To: api.StateRunning, Cause: api.CauseCreate, At: m.cfg.Clock.Now().UTC()})
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: saving record: %w", id, err)
 	}
@@ -258,7 +263,9 @@ func (m *Manager) runtimeSpec(rec store.SandboxRecord) runtime.Spec {
 	}
 }
 
-// register adds b to the table and starts its watchers (expiry, guest exit).
+// register adds b to the table and starts its watchers (expiry, idle
+// policy, guest exit). A hibernated sandbox (no runtime) has no guest to
+// watch.
 func (m *Manager) register(b *box) error {
 	id := b.rec.Sandbox.ID
 	m.mu.Lock()
@@ -267,31 +274,26 @@ func (m *Manager) register(b *box) error {
 		return fmt.Errorf("sandbox manager is shut down: %w", errdefs.ErrUnavailable)
 	}
 	m.sandboxes[id] = b
-	if exp := b.rec.Sandbox.ExpiresAt; exp != nil {
-		b.expiry = time.AfterFunc(time.Until(*exp), func() {
-			m.log.Info("sandbox timeout reached; deleting", "sandbox", id)
-			if err := m.DeleteSandbox(context.Background(), id); err != nil && !errdefs.IsNotFound(err) {
-				m.log.Error("deleting expired sandbox", "sandbox", id, "err", err)
-			}
-		})
+	b.mu.Lock()
+	m.startTimersLocked(b)
+	rt := b.rt
+	b.mu.Unlock()
+	if rt != nil {
+		go m.watch(b, rt)
+		m.startTunnel(b)
 	}
-	go m.watch(b)
-	m.startTunnel(b)
 	return nil
 }
 
 // watch marks the sandbox stopped when its guest exits on its own. A guest
 // replaced meanwhile (restore) is not the sandbox's any more: its exit is
-// ignored.
-func (m *Manager) watch(b *box) {
-	b.mu.Lock()
-	rt := b.rt
-	b.mu.Unlock()
+// ignored. rt is b's runtime when the watch starts.
+func (m *Manager) watch(b *box, rt runtime.Sandbox) {
 	<-rt.Wait()
 	b.mu.Lock()
 	deleted := b.deleted || b.rt != rt
 	if !deleted {
-		b.rec.Sandbox.State = api.StateStopped
+		m.setStateLocked(b, api.StateStopped, api.CauseGuestExit, "")
 	}
 	rec := b.rec
 	b.mu.Unlock()
@@ -317,24 +319,39 @@ func (m *Manager) DeleteSandbox(ctx context.Context, id string) error {
 	ctx = context.WithoutCancel(ctx)
 	b.life.Lock()
 	defer b.life.Unlock()
+	return m.deleteLocked(ctx, b, api.CauseAPI)
+}
+
+// deleteLocked does DeleteSandbox with b.life held exclusively; cause goes
+// to the log (the record, with its transitions, is gone afterwards).
+func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error {
+	ctx = context.WithoutCancel(ctx)
 	b.mu.Lock()
+	id := b.rec.Sandbox.ID
 	if b.deleted {
 		b.mu.Unlock()
 		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	b.deleted = true
+	from := b.rec.Sandbox.State
 	b.rec.Sandbox.State = api.StateDeleting
 	if b.expiry != nil {
 		b.expiry.Stop()
 	}
-	rt := b.rt
+	b.stopIdleLocked()
+	rt, rec := b.rt, b.rec
 	b.mu.Unlock()
 	m.stopTunnel(id)
 	m.networkDown(id)
 
 	var errs []error
-	if err := rt.Destroy(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("destroying: %w", err))
+	if rt != nil {
+		if err := rt.Destroy(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("destroying: %w", err))
+		}
+	} else if err := m.backend.Cleanup(ctx, m.runtimeSpec(rec)); err != nil {
+		// Hibernated (or failed): no guest runs; clear any leftovers.
+		errs = append(errs, fmt.Errorf("cleaning up: %w", err))
 	}
 	if err := os.RemoveAll(m.paths(id).dir); err != nil {
 		errs = append(errs, fmt.Errorf("removing sandbox dir: %w", err))
@@ -349,28 +366,45 @@ func (m *Manager) DeleteSandbox(ctx context.Context, id string) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("deleting sandbox %s: %w", id, err)
 	}
-	m.log.InfoContext(ctx, "sandbox deleted", "sandbox", id)
+	m.log.InfoContext(ctx, "sandbox deleted", "sandbox", id, "from", from, "cause", cause)
 	return nil
 }
 
-// acquire returns the running sandbox id with its lifecycle lock held shared;
-// the caller must call release.
+// acquire returns the running sandbox id with its lifecycle lock held shared
+// and counts a call in progress (the sandbox is not idle until release); the
+// caller must call release. A paused or hibernated sandbox is woken first:
+// this is the single entry of every exec, file and attach call, so every
+// call wakes a sleeping sandbox transparently.
 func (m *Manager) acquire(id string) (*box, func(), error) {
 	b, err := m.get(id)
 	if err != nil {
 		return nil, nil, err
 	}
-	b.life.RLock()
-	b.mu.Lock()
-	state, deleted := b.rec.Sandbox.State, b.deleted
-	b.mu.Unlock()
-	if deleted {
+	for attempt := 0; ; attempt++ {
+		b.life.RLock()
+		b.mu.Lock()
+		state, deleted := b.rec.Sandbox.State, b.deleted
+		if !deleted && state == api.StateRunning {
+			b.lc.active++
+			b.stopIdleLocked()
+		}
+		b.mu.Unlock()
+		if deleted {
+			b.life.RUnlock()
+			return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+		}
+		if state == api.StateRunning {
+			return b, func() {
+				m.idleFrom(b)
+				b.life.RUnlock()
+			}, nil
+		}
 		b.life.RUnlock()
-		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+		if !asleep(state) || attempt >= 3 {
+			return nil, nil, fmt.Errorf("sandbox %s is %s: %w", id, state, errdefs.ErrConflict)
+		}
+		if err := m.wake(context.Background(), b, api.CauseWake, "call"); err != nil {
+			return nil, nil, err
+		}
 	}
-	if state != api.StateRunning {
-		b.life.RUnlock()
-		return nil, nil, fmt.Errorf("sandbox %s is %s: %w", id, state, errdefs.ErrConflict)
-	}
-	return b, b.life.RUnlock, nil
 }

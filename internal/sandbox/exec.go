@@ -69,7 +69,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (Exe
 		m.endRun(r)
 		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
 	}
-	return m.wrapStream(b, s, r, s.Pid()), nil
+	return m.holdStream(b, m.wrapStream(b, s, r, s.Pid())), nil
 }
 
 // StartProcess starts a background process and returns at once.
@@ -112,7 +112,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (
 	if err != nil {
 		return nil, fmt.Errorf("attaching to process %d in sandbox %s: %w", pid, id, err)
 	}
-	return m.wrapStream(b, s, nil, pid), nil
+	return m.holdStream(b, m.wrapStream(b, s, nil, pid)), nil
 }
 
 // ListProcesses lists the processes started through exec.

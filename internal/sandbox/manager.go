@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -55,6 +54,9 @@ type Config struct {
 	// Version is the daemon's version, reported by Info.
 	Version string
 	Logger  *slog.Logger
+	// Clock drives idle policies and lifetimes (lifecycle.go); nil is the
+	// real clock. Tests inject a fake one.
+	Clock Clock
 }
 
 // Manager creates, tracks, recovers and destroys sandboxes.
@@ -66,6 +68,7 @@ type Manager struct {
 	store     store.Store
 	sec       secretState
 	tun       tunnelRegistry
+	lc        lifecycleState
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -86,7 +89,8 @@ type box struct {
 	rec     store.SandboxRecord
 	rt      runtime.Sandbox
 	deleted bool
-	expiry  *time.Timer
+	expiry  Timer
+	lc      boxLifecycle // idle accounting; see lifecycle.go
 }
 
 // New returns a Manager. Call Recover once before serving requests.
@@ -99,6 +103,9 @@ func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.
 	}
 	if cfg.DefaultTemplate == "" {
 		cfg.DefaultTemplate = "busybox"
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
 	}
 	// The sandboxes dir must be searchable by the mapped uid range: each
 	// sandbox's overlay is mounted from inside its user namespace. The
@@ -203,6 +210,14 @@ func (b *box) view() api.Sandbox {
 	sb := b.rec.Sandbox
 	sb.Env = cloneMap(sb.Env)
 	sb.Labels = cloneMap(sb.Labels)
+	if sb.Idle != nil {
+		idle := *sb.Idle
+		sb.Idle = &idle
+	}
+	if t := b.lc.lastActive; !t.IsZero() {
+		t = t.UTC()
+		sb.LastActivityAt = &t
+	}
 	return sb
 }
 
@@ -259,6 +274,7 @@ func (m *Manager) Close() error {
 		if b.expiry != nil {
 			b.expiry.Stop()
 		}
+		b.stopIdleLocked()
 		b.mu.Unlock()
 	}
 	return nil

@@ -32,6 +32,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 		id := rec.Sandbox.ID
 		known[id] = true
 		if err := m.adopt(ctx, rec); err != nil {
+			if m.keepCold(ctx, rec, err) {
+				adopted++
+				continue
+			}
 			m.log.WarnContext(ctx, "sandbox not recoverable; cleaning up", "sandbox", id, "err", err)
 			if cerr := m.reap(ctx, rec); cerr != nil {
 				m.log.ErrorContext(ctx, "cleaning up sandbox", "sandbox", id, "err", cerr)
@@ -63,7 +67,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 }
 
 func (m *Manager) adopt(ctx context.Context, rec store.SandboxRecord) error {
-	if rec.Sandbox.State != api.StateRunning {
+	switch rec.Sandbox.State {
+	case api.StateRunning:
+	case api.StatePaused, api.StateHibernated:
+		return m.adoptAsleep(ctx, rec)
+	default:
 		return fmt.Errorf("recorded state %q: %w", rec.Sandbox.State, errdefs.ErrNotFound)
 	}
 	rt, err := m.backend.Recover(ctx, m.runtimeSpec(rec), rec.RuntimeState)

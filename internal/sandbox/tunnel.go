@@ -154,7 +154,13 @@ func (m *Manager) refreshTunnel(id string) {
 func (m *Manager) keepTunnel(ctx context.Context, b *box, k *tunnelKeeper) {
 	defer close(k.done)
 	id := b.rec.Sandbox.ID
-	exited := b.rt.Wait()
+	b.mu.Lock()
+	rt := b.rt
+	b.mu.Unlock()
+	if rt == nil {
+		return // hibernated meanwhile: waking starts a new keeper
+	}
+	exited := rt.Wait()
 	retry := tunnelRetryMin
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)

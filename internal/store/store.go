@@ -57,6 +57,11 @@ type SandboxRecord struct {
 	StateDir   string   `json:"state_dir,omitempty"`
 	// Spec is free-form extra data the manager needs to re-adopt.
 	Spec json.RawMessage `json:"spec,omitempty"`
+	// Transitions are the sandbox's newest state changes, oldest first.
+	Transitions []api.Transition `json:"transitions,omitempty"`
+	// TTLLeft is what was left of the hard lifetime when the sandbox went
+	// to sleep (paused or hibernated time does not count against it).
+	TTLLeft time.Duration `json:"ttl_left,omitempty"`
 	// UpdatedAt is the time of the last PutSandbox.
 	UpdatedAt time.Time `json:"updated_at"`
 }
