@@ -104,6 +104,14 @@ type Config struct {
 	// CIDR allow rule of the sandbox.
 	EgressPermit []string `json:"egress_permit,omitempty"`
 
+	// StorageDriver is the layer storage driver: "" or "auto" probes the
+	// data dir's filesystem (reflink where FICLONE works, else copy);
+	// "copy" or "reflink" force one.
+	StorageDriver string `json:"storage_driver,omitempty"`
+	// MaxLayerDepth bounds layer chains: a checkpoint or template whose
+	// chain is deeper is squashed. 0 means 32; overlayfs allows 500.
+	MaxLayerDepth int `json:"max_layer_depth,omitempty"`
+
 	// LogLevel is debug, info, warn or error. LogFormat is text or json.
 	LogLevel  string `json:"log_level"`
 	LogFormat string `json:"log_format"`
@@ -259,6 +267,14 @@ func (c *Config) Validate() error {
 	r := c.DefaultResources
 	if r.CPUs <= 0 || r.MemoryBytes <= 0 || r.PidsMax <= 0 {
 		bad("default resources must be positive (cpus %v, memory %d, pids %d)", r.CPUs, r.MemoryBytes, r.PidsMax)
+	}
+	switch c.StorageDriver {
+	case "", "auto", "copy", "reflink":
+	default:
+		bad("storage driver %q must be auto, copy or reflink", c.StorageDriver)
+	}
+	if c.MaxLayerDepth < 0 || c.MaxLayerDepth > 500 {
+		bad("max layer depth %d must be between 1 and 500 (0: default)", c.MaxLayerDepth)
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
 // Driver is how the store turns directories into layer content on its
@@ -182,3 +184,42 @@ func WithDriver(d Driver) Option { return func(s *Store) { s.driver = d } }
 
 // Driver returns the store's storage driver.
 func (s *Store) Driver() Driver { return s.driver }
+
+// DriverByName returns the driver called name for the filesystem of dir:
+// "auto" (or "") probes, "copy" always works, "reflink" fails with
+// errdefs.ErrFailedPrecondition where FICLONE does not.
+func DriverByName(name, dir string) (Driver, error) {
+	switch name {
+	case "", "auto":
+		return ProbeDriver(dir)
+	case "copy", "reflink":
+		d, err := ProbeDriver(dir)
+		if err != nil {
+			return nil, err
+		}
+		if name == "copy" {
+			return CopyDriver{fs: d.Features().Filesystem}, nil
+		}
+		if d.Name() != "reflink" {
+			return nil, fmt.Errorf("storage driver reflink: the %s file system of %s cannot clone files: %w", d.Features().Filesystem, dir, errdefs.ErrFailedPrecondition)
+		}
+		return d, nil
+	}
+	return nil, fmt.Errorf("unknown storage driver %q: %w", name, errdefs.ErrInvalidArgument)
+}
+
+// WithMaxDepth sets the chain depth beyond which Bound squashes (0:
+// DefaultMaxDepth).
+func WithMaxDepth(n int) Option { return func(s *Store) { s.maxDepth = n } }
+
+// MaxDepth returns the depth limit Bound applies by default.
+func (s *Store) MaxDepth() int {
+	if s.maxDepth <= 0 {
+		return DefaultMaxDepth
+	}
+	return s.maxDepth
+}
+
+// WithDriverName makes the store use the driver called name (see
+// DriverByName) on its filesystem.
+func WithDriverName(name string) Option { return func(s *Store) { s.driverName = name } }

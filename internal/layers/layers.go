@@ -85,6 +85,9 @@ type Store struct {
 	log    *slog.Logger
 	driver Driver // see driver.go
 
+	maxDepth   int    // see Bound; 0: DefaultMaxDepth
+	driverName string // see WithDriverName
+
 	// mu guards layers and every metadata file write.
 	mu     sync.Mutex
 	layers map[string]*Layer // by ID
@@ -128,7 +131,7 @@ func New(root string, ids runtime.IDMap, opts ...Option) (*Store, error) {
 		o(s)
 	}
 	if s.driver == nil {
-		if s.driver, err = ProbeDriver(s.tmpDir()); err != nil {
+		if s.driver, err = DriverByName(s.driverName, s.tmpDir()); err != nil {
 			return nil, err
 		}
 	}

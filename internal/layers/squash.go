@@ -90,12 +90,13 @@ func (s *Store) Squash(ctx context.Context, id string, opts SquashOptions) (Laye
 	return l, nil
 }
 
-// Bound returns id's layer when its chain is at most max deep, else a
-// squash of the chain that keeps only its bottom-most layer (the template
-// base, usually the largest) as it is, for a depth of 2 (1 when max is 1).
+// Bound returns id's layer when its chain is at most max deep (0: the
+// store's MaxDepth), else a squash of the chain that keeps only its
+// bottom-most layer (the template base, usually the largest) as it is, for
+// a depth of 2 (1 when max is 1).
 func (s *Store) Bound(ctx context.Context, id string, max int) (Layer, error) {
 	if max <= 0 {
-		max = DefaultMaxDepth
+		max = s.MaxDepth()
 	}
 	chain, err := s.Chain(id)
 	if err != nil {
