@@ -42,16 +42,22 @@ func (m *Manager) ActiveRun(ctx context.Context, id string) string {
 		}
 		only = r
 	}
-	var pid int
-	if only != nil {
-		pid = only.pid
-	}
 	m.sec.mu.Unlock()
-	if only == nil || pid == 0 {
+	if only == nil {
 		return ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, runAttrTimeout)
 	defer cancel()
+	// The process may have connected before the exec call returned its
+	// pid to the Manager.
+	select {
+	case <-only.started:
+	case <-ctx.Done():
+		return ""
+	}
+	m.sec.mu.Lock()
+	pid := only.pid
+	m.sec.mu.Unlock()
 	procs, err := m.ListProcesses(ctx, id)
 	if err != nil {
 		return ""
@@ -79,6 +85,9 @@ func (m *Manager) setRunPid(r *run, pid int) {
 		return
 	}
 	m.sec.mu.Lock()
-	r.pid = pid
-	m.sec.mu.Unlock()
+	defer m.sec.mu.Unlock()
+	if r.pid == 0 && pid > 0 {
+		r.pid = pid
+		close(r.started)
+	}
 }

@@ -71,7 +71,8 @@ type run struct {
 	id, sandbox, boot string
 	rt                runtime.Sandbox // the sandbox's runtime instance at mint time
 	expires           time.Time
-	pid               int // the process, once started (guarded by secretState.mu)
+	pid               int           // the process, once started (guarded by secretState.mu)
+	started           chan struct{} // closed when pid is set
 }
 
 // SetSecrets connects the secret store and the run-token minter. Without
@@ -194,7 +195,7 @@ func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) 
 	if req.TimeoutSeconds > 0 {
 		deadline = min(time.Duration(req.TimeoutSeconds*float64(time.Second)), maxRunDeadline)
 	}
-	r := &run{id: newRunID(), sandbox: id, boot: bootID(id, rt), rt: rt, expires: time.Now().Add(deadline)}
+	r := &run{id: newRunID(), sandbox: id, boot: bootID(id, rt), rt: rt, expires: time.Now().Add(deadline), started: make(chan struct{})}
 	tok, err := tokens.Mint(secrets.RunClaims{
 		Tenant: DefaultTenant, Sandbox: id, Run: r.id, Boot: r.boot,
 		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(r.expires)},
