@@ -53,8 +53,8 @@ type Config struct {
 	// RunOf names the run a new proxy connection of a sandbox is
 	// attributed to ("" for none); its records carry that run id. It is
 	// called once per proxy connection. Nil: records carry no run id.
-	RunOf func(ctx context.Context, sandboxID string) string
-	Logger     *slog.Logger
+	RunOf  func(ctx context.Context, sandboxID string) string
+	Logger *slog.Logger
 }
 
 // Proxy is the egress proxy of every sandbox of a daemon. It is safe for
