@@ -38,7 +38,7 @@ func (h *handler) checkpointRoutes() []route {
 		return nil
 	}
 	c := checkpointHandlers{h: h, svc: cs}
-	return []route{
+	return append([]route{
 		{"POST", "/v1/sandboxes/{id}/checkpoints", c.create},
 		{"GET", "/v1/sandboxes/{id}/checkpoints", c.listOfSandbox},
 		{"POST", "/v1/sandboxes/{id}/restore", c.restore},
@@ -47,7 +47,7 @@ func (h *handler) checkpointRoutes() []route {
 		{"GET", "/v1/checkpoints/{cid}", c.get},
 		{"DELETE", "/v1/checkpoints/{cid}", c.delete},
 		{"POST", "/v1/checkpoints/{cid}/fork", c.forkCheckpoint},
-	}
+	}, h.diffRoutes()...) // diff, merge and template save build on checkpoints
 }
 
 type checkpointHandlers struct {

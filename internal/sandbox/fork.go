@@ -86,15 +86,40 @@ func (m *Manager) fork(ctx context.Context, ck store.CheckpointRecord, req api.F
 	if err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", ck.Checkpoint.ID, err)
 	}
+	// One synced layer-metadata write references the checkpoint's layer
+	// for every fork (the forks then start concurrently); forks that do
+	// not come to be release theirs at the end.
+	ids := make([]string, req.Count)
+	owners := make([]string, req.Count)
+	for i := range ids {
+		ids[i] = newID()
+		owners[i] = sandboxRef(ids[i])
+	}
+	if err := m.cfg.Layers.RefAll(ctx, ck.Layer, owners); err != nil {
+		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", ck.Checkpoint.ID, err)
+	}
 	var (
 		mu    sync.Mutex
 		forks = make([]api.Sandbox, req.Count)
 	)
+	defer func() {
+		var unused []string
+		for i, sb := range forks {
+			if sb.ID == "" {
+				unused = append(unused, owners[i])
+			}
+		}
+		if len(unused) > 0 {
+			if err := m.cfg.Layers.UnrefAll(context.WithoutCancel(ctx), ck.Layer, unused); err != nil {
+				m.log.WarnContext(ctx, "releasing layer references of failed forks", "layer", ck.Layer, "err", err)
+			}
+		}
+	}()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(forkParallelism)
 	for i := range req.Count {
 		g.Go(func() error {
-			sb, err := m.forkOne(gctx, ck, paths, req)
+			sb, err := m.forkOne(gctx, ids[i], ck, paths, req)
 			if err != nil {
 				return err
 			}
@@ -105,11 +130,12 @@ func (m *Manager) fork(ctx context.Context, ck store.CheckpointRecord, req api.F
 		})
 	}
 	if err := g.Wait(); err != nil {
-		for _, sb := range forks {
+		for i, sb := range forks {
 			if sb.ID != "" {
 				if derr := m.DeleteSandbox(context.WithoutCancel(ctx), sb.ID); derr != nil {
 					m.log.ErrorContext(ctx, "deleting fork after a failed fork", "sandbox", sb.ID, "err", derr)
 				}
+				forks[i].ID = "" // its reference was dropped with it; UnrefAll is idempotent
 			}
 		}
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", ck.Checkpoint.ID, err)
@@ -118,9 +144,9 @@ func (m *Manager) fork(ctx context.Context, ck store.CheckpointRecord, req api.F
 	return api.ForkResult{Checkpoint: ck.Checkpoint.ID, Sandboxes: forks}, nil
 }
 
-// forkOne creates one fork of ck whose layers are paths.
-func (m *Manager) forkOne(ctx context.Context, ck store.CheckpointRecord, paths []string, req api.ForkRequest) (_ api.Sandbox, err error) {
-	id := newID()
+// forkOne creates fork id of ck whose layers are paths. The caller holds
+// the fork's reference on ck's layer (sandboxRef(id)).
+func (m *Manager) forkOne(ctx context.Context, id string, ck store.CheckpointRecord, paths []string, req api.ForkRequest) (_ api.Sandbox, err error) {
 	env := cloneMap(ck.Env)
 	if env == nil {
 		env = map[string]string{}
@@ -148,20 +174,13 @@ func (m *Manager) forkOne(ctx context.Context, ck store.CheckpointRecord, paths 
 		SocketPath: p.socket,
 		StateDir:   p.state,
 	}
+	setExtra(&rec, recordExtra{ForkBase: ck.Checkpoint.ID})
 	if err := os.Mkdir(p.dir, 0o711); err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
 	}
 	defer func() {
 		if err != nil {
 			_ = os.RemoveAll(p.dir)
-		}
-	}()
-	if err := m.cfg.Layers.Ref(ctx, ck.Layer, sandboxRef(id)); err != nil {
-		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
-	}
-	defer func() {
-		if err != nil {
-			m.releaseLayers(context.WithoutCancel(ctx), id)
 		}
 	}()
 	if err := m.mkUpperWork(p); err != nil {

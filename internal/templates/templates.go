@@ -145,6 +145,8 @@ type Manager struct {
 	// fmu guards flights.
 	fmu     sync.Mutex
 	flights map[string]*flight
+
+	saved savedState // saved.go
 }
 
 // New opens the registry under cfg.DataDir.
@@ -344,9 +346,14 @@ func checkChain(specs map[string]api.TemplateSpec, name string) error {
 	}
 }
 
-// Get returns the built template name. It fails with errdefs.ErrNotFound
-// when the template has not been built (or its layers are gone).
+// Get returns the built template name, or the saved template version
+// name refers to (NAME, NAME@N, NAME@<id prefix>; see saved.go). It fails
+// with errdefs.ErrNotFound when the template has not been built (or its
+// layers are gone).
 func (m *Manager) Get(ctx context.Context, name string) (Template, error) {
+	if t, ok, err := m.getSaved(name); ok {
+		return t, err
+	}
 	m.mu.Lock()
 	r, ok := m.records[name]
 	m.mu.Unlock()
@@ -400,6 +407,8 @@ func (m *Manager) List(ctx context.Context) ([]api.Template, error) {
 		s, _ := lookupSpec(specs, n)
 		out = append(out, api.Template{Name: n, Builtin: isBuiltin, Env: maps.Clone(s.Env)})
 	}
+	out = append(out, m.listSaved()...)
+	slices.SortStableFunc(out, func(a, b api.Template) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 

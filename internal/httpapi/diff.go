@@ -1,0 +1,190 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// DiffService is implemented by a Service that can compare filesystem
+// states; its routes exist only then. Refs are as in api.Diff (validated
+// for length and NUL bytes only).
+type DiffService interface {
+	// Diff compares two states; with unified, small text files get a
+	// unified diff.
+	Diff(ctx context.Context, from, to string, unified bool) (api.Diff, error)
+	// TreeHash hashes a sandbox's filesystem as seen from inside.
+	TreeHash(ctx context.Context, id string) (api.TreeHash, error)
+}
+
+// MergeService is implemented by a Service that can merge sandboxes.
+type MergeService interface {
+	// Merge applies req.From's changes since the common fork point to
+	// sandbox id. Unresolved conflicts: the result carries them and the
+	// error wraps errdefs.ErrConflict; nothing was applied.
+	Merge(ctx context.Context, id string, req api.MergeRequest) (api.MergeResult, error)
+}
+
+// TemplateSaveService is implemented by a Service that can freeze a
+// sandbox as a versioned template.
+type TemplateSaveService interface {
+	SaveTemplate(ctx context.Context, id string, req api.SaveTemplateRequest) (api.TemplateVersion, error)
+	TemplateVersions(ctx context.Context, name string) ([]api.TemplateVersion, error)
+}
+
+// maxRefLen bounds a diff ref ("checkpoint:" plus a name of 128 bytes...).
+const maxRefLen = 300
+
+// diffRoutes are the routes of the services above that svc implements.
+func (h *handler) diffRoutes() []route {
+	var out []route
+	if ds, ok := h.svc.(DiffService); ok {
+		out = append(out,
+			route{"GET", "/v1/diff", func(w http.ResponseWriter, r *http.Request) { diff(ds, w, r) }},
+			route{"GET", "/v1/sandboxes/{id}/treehash", func(w http.ResponseWriter, r *http.Request) { treeHash(ds, w, r) }},
+		)
+	}
+	if ms, ok := h.svc.(MergeService); ok {
+		out = append(out, route{"POST", "/v1/sandboxes/{id}/merge", func(w http.ResponseWriter, r *http.Request) { h.merge(ms, w, r) }})
+	}
+	if ts, ok := h.svc.(TemplateSaveService); ok {
+		out = append(out,
+			route{"POST", "/v1/sandboxes/{id}/template", func(w http.ResponseWriter, r *http.Request) { h.saveTemplate(ts, w, r) }},
+			route{"GET", "/v1/templates/{name}/versions", func(w http.ResponseWriter, r *http.Request) { templateVersions(ts, w, r) }},
+		)
+	}
+	return out
+}
+
+func diffRef(r *http.Request, name string) (string, error) {
+	ref := r.URL.Query().Get(name)
+	if ref == "" || len(ref) > maxRefLen || !validText(ref) {
+		return "", errorf("%s must be a ref of at most %d bytes: sandbox:<id>, checkpoint:<id|name> or template:<name>", name, maxRefLen)
+	}
+	return ref, nil
+}
+
+// validText: no NUL bytes or line breaks.
+func validText(s string) bool {
+	for _, c := range s {
+		if c == 0 || c == '\n' || c == '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+func diff(ds DiffService, w http.ResponseWriter, r *http.Request) {
+	from, err := diffRef(r, "from")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	to, err := diffRef(r, "to")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	unified := false
+	if v := r.URL.Query().Get("unified"); v != "" {
+		if unified, err = strconv.ParseBool(v); err != nil {
+			writeError(w, r, errorf("unified must be true or false"))
+			return
+		}
+	}
+	d, err := ds.Diff(r.Context(), from, to, unified)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func treeHash(ds DiffService, w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	th, err := ds.TreeHash(r.Context(), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, th)
+}
+
+func (h *handler) merge(ms MergeService, w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var req api.MergeRequest
+	if err := h.decodeJSON(w, r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if !sandboxIDRe.MatchString(req.From) {
+		writeError(w, r, errorf("from must be a sandbox id"))
+		return
+	}
+	res, err := ms.Merge(r.Context(), id, req)
+	if err != nil && errors.Is(err, errdefs.ErrConflict) && len(res.Conflicts) > 0 {
+		// The conflicts are the answer: send them with the error.
+		rs := stateFrom(r.Context())
+		status, body := publicError(err, rs.id)
+		rs.err = err
+		writeJSON(w, status, api.MergeConflictError{Error: body, Conflicts: res.Conflicts})
+		return
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (h *handler) saveTemplate(ts TemplateSaveService, w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var req api.SaveTemplateRequest
+	if err := h.decodeJSON(w, r, &req, false); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if !templateNameRe.MatchString(req.Name) {
+		writeError(w, r, errorf("invalid template name %q", clip(req.Name)))
+		return
+	}
+	v, err := ts.SaveTemplate(r.Context(), id, req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, v)
+}
+
+func templateVersions(ts TemplateSaveService, w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if !templateNameRe.MatchString(name) {
+		writeError(w, r, errorf("invalid template name %q", clip(name)))
+		return
+	}
+	vs, err := ts.TemplateVersions(r.Context(), name)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if vs == nil {
+		vs = []api.TemplateVersion{}
+	}
+	writeJSON(w, http.StatusOK, api.TemplateVersionList{Versions: vs})
+}
