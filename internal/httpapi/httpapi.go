@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -113,7 +114,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates", h.listTemplates},
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
-	}, append(append(append(h.checkpointRoutes(), h.secretRoutes()...), h.networkRoutes()...), h.lifecycleRoutes()...)...)
+	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes())...)
 }
 
 // reqState is per-request data shared by the middleware and handlers.

@@ -65,18 +65,18 @@ const maxBinary = 512 << 20
 func CheckStatic(path string) error {
 	f, err := elf.Open(path)
 	if err != nil {
-		return fmt.Errorf("%s is not an ELF executable: %w", path, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("the binary is not an ELF executable: %w", errdefs.ErrInvalidArgument)
 	}
 	defer f.Close()
 	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
-		return fmt.Errorf("%s is an ELF %v, not an executable: %w", path, f.Type, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("the binary is an ELF %v, not an executable: %w", f.Type, errdefs.ErrInvalidArgument)
 	}
 	if want, ok := elfMachines[runtime.GOARCH]; ok && f.Machine != want {
-		return fmt.Errorf("%s is built for %v, this machine is %s: %w", path, f.Machine, runtime.GOARCH, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("the binary is built for %v, this machine is %s: %w", f.Machine, runtime.GOARCH, errdefs.ErrInvalidArgument)
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
-			return fmt.Errorf("%s is dynamically linked (build it with CGO_ENABLED=0): %w", path, errdefs.ErrInvalidArgument)
+			return fmt.Errorf("the binary is dynamically linked (build it with CGO_ENABLED=0): %w", errdefs.ErrInvalidArgument)
 		}
 	}
 	return nil

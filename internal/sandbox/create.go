@@ -228,9 +228,15 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 	})
 	// The backend returns once the guest listens, so no round trip is
 	// needed before the first call. The guest is the runner copy of this
-	// daemon's binary: its version is ours.
+	// daemon's binary: its version is ours plus that binary's build (what
+	// the guest itself reports; restarts and upgrades ask it).
 	guest := client.New(rt.SocketPath())
-	rec.Sandbox.GuestVersion = m.cfg.Version
+	if rec.Sandbox.Runner == "" {
+		rec.Sandbox.Runner = m.defaultRunner()
+	}
+	if rec.Sandbox.Runner == m.defaultRunner() {
+		rec.Sandbox.GuestVersion = m.defaultGuestVersion()
+	}
 	rec.Sandbox.State = api.StateRunning
 	rec.RuntimeState = rt.State()
 	rec.UpdatedAt = time.Now().UTC()
@@ -253,7 +259,7 @@ func (m *Manager) runtimeSpec(rec store.SandboxRecord) runtime.Spec {
 		Layers:     rec.Layers,
 		UpperDir:   rec.UpperDir,
 		WorkDir:    rec.WorkDir,
-		RunnerDir:  m.cfg.RunnerDir,
+		RunnerDir:  m.runnerDir(rec),
 		SocketPath: rec.SocketPath,
 		StateDir:   rec.StateDir,
 		Hostname:   rec.Sandbox.Hostname,
