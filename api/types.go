@@ -284,4 +284,6 @@ type Info struct {
 	CgroupMode   string   `json:"cgroup_mode"`
 	DataDir      string   `json:"data_dir"`
 	Sandboxes    int      `json:"sandboxes"`
+	// StorageDriver is the layer storage driver: "copy" or "reflink".
+	StorageDriver string `json:"storage_driver,omitempty"`
 }
