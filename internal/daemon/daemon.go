@@ -115,7 +115,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			_ = backend.Close()
 		}
 	}()
-	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids)
+	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids, layerOptions(cfg)...)
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +163,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, err
 	}
+	collectAtStart(ctx, mgr, log)
 	handler := httpapi.New(service{mgr}, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,

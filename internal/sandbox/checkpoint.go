@@ -147,6 +147,10 @@ func (m *Manager) checkpointLocked(ctx context.Context, b *box, req api.CreateCh
 	if err != nil {
 		return store.CheckpointRecord{}, err
 	}
+	// Thawed already: a chain grown too deep is squashed off the clock.
+	if layer, err = m.boundChain(ctx, layer); err != nil {
+		return store.CheckpointRecord{}, err
+	}
 	chain, err := ls.Chain(layer.ID)
 	if err != nil {
 		return store.CheckpointRecord{}, err

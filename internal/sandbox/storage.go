@@ -1,0 +1,187 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/oci"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Layer storage: the driver in use, chain depth and garbage collection.
+//
+// Layers stay alive while something holds a reference (templates,
+// checkpoints, sandboxes running on a checkpoint) or a sandbox runs on them
+// (every sandbox record's Layers, also those created from a template whose
+// reference has since moved to a newer build). CollectGarbage removes the
+// rest: leftovers of a crash between a capture and its record, chains
+// replaced by a squash, old template builds no sandbox uses.
+
+// DefaultGCMinAge is the age below which CollectGarbage spares layers
+// unless told otherwise: they may be between creation and reference.
+const DefaultGCMinAge = 10 * time.Minute
+
+// StorageDriver returns the name of the layer store's driver, "" without
+// a layer store.
+func (m *Manager) StorageDriver() string {
+	if m.cfg.Layers == nil {
+		return ""
+	}
+	return m.cfg.Layers.Driver().Name()
+}
+
+// CollectGarbage removes every layer no template, checkpoint or sandbox
+// uses and that was neither created nor looked up in the last minAge.
+func (m *Manager) CollectGarbage(ctx context.Context, minAge time.Duration) (api.GCResult, error) {
+	ls := m.cfg.Layers
+	if ls == nil {
+		return api.GCResult{}, fmt.Errorf("garbage collection needs a layer store: %w", errdefs.ErrFailedPrecondition)
+	}
+	roots, err := m.layerRoots(ctx)
+	if err != nil {
+		return api.GCResult{}, fmt.Errorf("collecting layers: %w", err)
+	}
+	res, err := ls.GC(ctx, layers.GCOptions{Roots: roots, MinAge: minAge})
+	out := api.GCResult{RemovedLayers: len(res.Removed), FreedBytes: res.FreedBytes, Layers: res.Kept}
+	if err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// layerRoots returns the top layers in use by sandboxes (in memory and in
+// the store) and checkpoints.
+func (m *Manager) layerRoots(ctx context.Context) ([]string, error) {
+	ls := m.cfg.Layers
+	var tops []string
+	m.mu.Lock()
+	for _, b := range m.sandboxes {
+		b.mu.Lock()
+		if len(b.rec.Layers) > 0 {
+			tops = append(tops, b.rec.Layers[0])
+		}
+		b.mu.Unlock()
+	}
+	m.mu.Unlock()
+	recs, err := m.store.ListSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if len(r.Layers) > 0 {
+			tops = append(tops, r.Layers[0])
+		}
+	}
+	var roots []string
+	for _, p := range tops {
+		if l, err := ls.ByPath(p); err == nil {
+			roots = append(roots, l.ID)
+		}
+	}
+	if cs, ok := m.store.(store.CheckpointStore); ok {
+		cks, err := cs.ListCheckpoints(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cks {
+			roots = append(roots, c.Layer)
+		}
+	}
+	return roots, nil
+}
+
+// boundChain returns l, or a squash of l's chain when it is deeper than the
+// store's MaxDepth. The unsquashed l is then removed unless something else
+// uses it (the collector takes it otherwise).
+func (m *Manager) boundChain(ctx context.Context, l layers.Layer) (layers.Layer, error) {
+	ls := m.cfg.Layers
+	sq, err := ls.Bound(ctx, l.ID, 0)
+	if err != nil {
+		return layers.Layer{}, fmt.Errorf("squashing layer chain: %w", err)
+	}
+	if sq.ID != l.ID {
+		if err := ls.Remove(context.WithoutCancel(ctx), l.ID); err != nil && !errdefs.IsConflict(err) && !errdefs.IsNotFound(err) {
+			m.log.WarnContext(ctx, "removing squashed layer", "layer", l.ID, "err", err)
+		}
+	}
+	return sq, nil
+}
+
+// ExportTemplate returns the OCI image archive of template name (built);
+// the caller closes it.
+func (m *Manager) ExportTemplate(ctx context.Context, name string) (io.ReadCloser, error) {
+	if m.cfg.Layers == nil {
+		return nil, fmt.Errorf("export needs a layer store: %w", errdefs.ErrFailedPrecondition)
+	}
+	t, err := m.templates.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return oci.Export(ctx, m.cfg.Layers, t.ID, oci.Image{Name: name, Env: t.Env, Created: t.CreatedAt})
+}
+
+// ExportCheckpoint returns the OCI image archive of checkpoint cid: its
+// whole filesystem (template layers included); the caller closes it.
+func (m *Manager) ExportCheckpoint(ctx context.Context, cid string) (io.ReadCloser, error) {
+	cs, ls, err := m.checkpoints()
+	if err != nil {
+		return nil, err
+	}
+	rec, err := cs.GetCheckpoint(ctx, cid)
+	if err != nil {
+		return nil, err
+	}
+	name := rec.Checkpoint.Name
+	if name == "" || !layerNameRE.MatchString(name) {
+		name = "checkpoint-" + rec.Checkpoint.ID
+	}
+	return oci.Export(ctx, ls, rec.Layer, oci.Image{Name: name, Env: rec.Env, Created: rec.Checkpoint.CreatedAt})
+}
+
+// ImportTemplate creates (or replaces) template name from an image archive
+// read from r: an OCI image archive or a `docker save` archive.
+func (m *Manager) ImportTemplate(ctx context.Context, name string, r io.Reader) (api.Template, error) {
+	return m.importTemplate(ctx, name, func(ls *layers.Store) (oci.Result, error) { return oci.ImportArchive(ctx, ls, r) })
+}
+
+// ImportTemplatePath creates (or replaces) template name from the OCI
+// image layout (or unpacked `docker save`) directory path on the daemon
+// host.
+func (m *Manager) ImportTemplatePath(ctx context.Context, name, path string) (api.Template, error) {
+	if !filepath.IsAbs(path) {
+		return api.Template{}, fmt.Errorf("image path %q must be absolute: %w", path, errdefs.ErrInvalidArgument)
+	}
+	return m.importTemplate(ctx, name, func(ls *layers.Store) (oci.Result, error) { return oci.ImportLayout(ctx, ls, path) })
+}
+
+func (m *Manager) importTemplate(ctx context.Context, name string, imp func(*layers.Store) (oci.Result, error)) (api.Template, error) {
+	if m.cfg.Layers == nil {
+		return api.Template{}, fmt.Errorf("import needs a layer store: %w", errdefs.ErrFailedPrecondition)
+	}
+	if !layerNameRE.MatchString(name) {
+		return api.Template{}, fmt.Errorf("template name %q: want [a-z0-9][a-z0-9._-]{0,62}: %w", name, errdefs.ErrInvalidArgument)
+	}
+	res, err := imp(m.cfg.Layers)
+	if err != nil {
+		return api.Template{}, fmt.Errorf("importing template %s: %w", name, err)
+	}
+	top, err := m.cfg.Layers.Bound(ctx, res.Top, 0)
+	if err != nil {
+		return api.Template{}, fmt.Errorf("importing template %s: %w", name, err)
+	}
+	t, err := m.templates.Adopt(ctx, name, top.ID, res.Env)
+	if err != nil {
+		return api.Template{}, fmt.Errorf("importing template %s: %w", name, err)
+	}
+	m.log.InfoContext(ctx, "template imported", "template", name, "id", t.ID, "layers", res.Layers)
+	return t.API(), nil
+}
+
+var layerNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
