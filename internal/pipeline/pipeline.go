@@ -1,0 +1,668 @@
+// Package pipeline is agentbox's one execution pipeline: every command run
+// in a sandbox, whatever triggered it, goes through Pipeline.Execute, which
+// resolves (or creates) the sandbox, starts the command, meters it and
+// leaves one api.Run record of the same shape for every trigger.
+//
+// The triggers are routes to Execute and nothing more:
+//
+//   - API, CLI and SDK exec: the daemon's HTTP service adapter calls
+//     Execute with TriggerAPI and the caller identity of the request.
+//   - Schedules (Scheduler): a cron slot calls Execute with
+//     TriggerSchedule and a RunAction.
+//   - Webhooks (Hooks): a signed request calls Execute with TriggerWebhook,
+//     the same RunAction shape and the request body as stdin.
+//
+// Adding a trigger is writing another such caller; metering, records and
+// policy stay here.
+package pipeline
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// DefaultTenant owns every run until tenancy exists.
+const DefaultTenant = sandbox.DefaultTenant
+
+// Defaults of Config.
+const (
+	DefaultSampleInterval = time.Second
+	DefaultKeepRuns       = 100_000
+	// MaxOutput bounds the output tail kept in the record of an unwatched
+	// run.
+	MaxOutput = 8 << 10
+)
+
+// Sandboxes is what the pipeline needs of the sandbox manager
+// (*sandbox.Manager implements it). The contract of each method is the
+// Manager's.
+type Sandboxes interface {
+	CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error)
+	GetSandbox(ctx context.Context, id string) (api.Sandbox, error)
+	DeleteSandbox(ctx context.Context, id string) error
+	Exec(ctx context.Context, id string, req api.ExecRequest) (sandbox.ExecStream, error)
+	StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error)
+	WatchProcess(ctx context.Context, id string, pid int) (sandbox.ExecStream, error)
+	SandboxStats(ctx context.Context, id string) (runtime.Stats, error)
+}
+
+// EgressLogger is implemented by Sandboxes whose egress proxy records
+// connections; runs are then charged their egress bytes.
+type EgressLogger interface {
+	EgressLog(ctx context.Context, id string, limit int) ([]api.EgressRecord, error)
+}
+
+var _ Sandboxes = (*sandbox.Manager)(nil)
+
+// Config configures a Pipeline.
+type Config struct {
+	Sandboxes Sandboxes
+	Store     store.PipelineStore
+	// Clock stamps records and drives usage sampling and schedules; nil is
+	// the real clock.
+	Clock  Clock
+	Logger *slog.Logger
+	// SampleInterval is how often a running command's sandbox counters are
+	// sampled for the memory integral (default DefaultSampleInterval).
+	SampleInterval time.Duration
+	// KeepRuns is how many run records are kept (default DefaultKeepRuns).
+	KeepRuns int
+}
+
+// Pipeline executes runs and keeps their records. Safe for concurrent use.
+type Pipeline struct {
+	cfg Config
+	sbx Sandboxes
+	st  store.PipelineStore
+	clk Clock
+	log *slog.Logger
+
+	// mu guards the fields below.
+	mu sync.Mutex
+	// pending are records not yet durable: running, or finished and being
+	// written. Reads merge them over the store.
+	pending map[string]*api.Run
+	// writes counts stored records since the last prune.
+	writes int
+}
+
+// New returns a Pipeline.
+func New(cfg Config) (*Pipeline, error) {
+	if cfg.Sandboxes == nil || cfg.Store == nil {
+		return nil, fmt.Errorf("pipeline: sandboxes and store are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.SampleInterval <= 0 {
+		cfg.SampleInterval = DefaultSampleInterval
+	}
+	if cfg.KeepRuns <= 0 {
+		cfg.KeepRuns = DefaultKeepRuns
+	}
+	return &Pipeline{cfg: cfg, sbx: cfg.Sandboxes, st: cfg.Store, clk: cfg.Clock, log: cfg.Logger, pending: map[string]*api.Run{}}, nil
+}
+
+// Run is one request to execute a command.
+type Run struct {
+	// Trigger is api.TriggerAPI, api.TriggerSchedule or api.TriggerWebhook.
+	Trigger string
+	// Who is the identity behind the trigger ("unix-socket", "api-key:…",
+	// "schedule:<id>", "hook:<id>").
+	Who string
+	// Tenant owns the run; "" is DefaultTenant.
+	Tenant string
+	// SandboxID names an existing sandbox; otherwise Create says which to
+	// create: with a Name, the sandbox of that name is reused (created on
+	// first use) and kept; without one, a fresh sandbox is created for the
+	// run and deleted after it.
+	SandboxID string
+	Create    *api.CreateSandboxRequest
+	// Exec is the command. Background runs return at once with the
+	// process; the record is finished when the process exits.
+	Exec api.ExecRequest
+	// KeepOutput keeps the tail of the output in the record (runs nobody
+	// watches: schedules, webhooks).
+	KeepOutput bool
+}
+
+// Execution is a started run.
+type Execution struct {
+	// ID is the run's id (its record: Pipeline.Get).
+	ID      string
+	Sandbox string
+	// Stream is the event stream of a foreground run; the caller reads it
+	// and closes it. Closing before the exit detaches: the record is then
+	// finished when the process exits.
+	Stream sandbox.ExecStream
+	// Process is the started process of a background run.
+	Process api.Process
+}
+
+// newRunID returns an id that sorts by start time: the store lists runs
+// newest first by key.
+func newRunID(t time.Time) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("run_%016x%s", t.UnixNano(), hex.EncodeToString(b[:]))
+}
+
+// Execute starts r: it resolves or creates the sandbox, starts the command
+// and returns the started Execution, whose record is running (visible to
+// Get and List at once) and is finished and stored when the command ends.
+// Execute is the only way commands are started by the daemon's triggers.
+// On error the run is recorded as failed (when it got as far as having a
+// record) and a sandbox created for it is deleted.
+func (p *Pipeline) Execute(ctx context.Context, r Run) (*Execution, error) {
+	now := p.clk.Now().UTC()
+	rec := &api.Run{
+		ID:        newRunID(now),
+		Trigger:   r.Trigger,
+		Who:       r.Who,
+		Tenant:    r.Tenant,
+		Cmd:       slices.Clone(r.Exec.Cmd),
+		Command:   r.Exec.Command,
+		State:     api.RunRunning,
+		StartedAt: now,
+	}
+	if rec.Tenant == "" {
+		rec.Tenant = DefaultTenant
+	}
+	if rec.Trigger == "" {
+		return nil, fmt.Errorf("run: no trigger: %w", errdefs.ErrInvalidArgument)
+	}
+	rs := &runState{p: p, rec: rec, keepOutput: r.KeepOutput, done: make(chan struct{})}
+	sbID, ephemeral, err := p.resolve(ctx, r, rec)
+	if err != nil {
+		return nil, err
+	}
+	rs.ephemeral = ephemeral
+	req := r.Exec
+	req.Env = mapsClone(req.Env)
+	if req.Env == nil {
+		req.Env = map[string]string{}
+	}
+	req.Env[api.RunIDEnv] = rec.ID
+	// Counters are sampled before the start when the sandbox is awake;
+	// a sleeping one is woken by the exec and sampled right after it.
+	rs.meter.sample(p.clk.Now(), p.stats(ctx, sbID))
+	p.track(rec)
+	exe := &Execution{ID: rec.ID, Sandbox: sbID}
+	if req.Background {
+		proc, err := p.sbx.StartProcess(ctx, sbID, req)
+		if err != nil {
+			rs.fail(err)
+			return nil, err
+		}
+		rs.started(ctx, sbID)
+		exe.Process = proc
+		go rs.follow(sbID, proc.Pid)
+		return exe, nil
+	}
+	s, err := p.sbx.Exec(ctx, sbID, req)
+	if err != nil {
+		rs.fail(err)
+		return nil, err
+	}
+	rs.started(ctx, sbID)
+	exe.Stream = &recStream{inner: s, rs: rs}
+	return exe, nil
+}
+
+// resolve finds or creates the run's sandbox and notes it in rec.
+func (p *Pipeline) resolve(ctx context.Context, r Run, rec *api.Run) (id string, ephemeral bool, err error) {
+	if r.SandboxID != "" {
+		rec.Sandbox = r.SandboxID
+		sb, err := p.sbx.GetSandbox(ctx, r.SandboxID)
+		if err != nil {
+			return "", false, err
+		}
+		rec.Template = sb.Template
+		return sb.ID, false, nil
+	}
+	if r.Create == nil {
+		return "", false, fmt.Errorf("run: no sandbox: %w", errdefs.ErrInvalidArgument)
+	}
+	req := *r.Create
+	req.Labels = mapsClone(req.Labels)
+	if req.Name == "" {
+		if req.Labels == nil {
+			req.Labels = map[string]string{}
+		}
+		req.Labels["agentbox.run"] = rec.ID
+		req.Labels["agentbox.trigger"] = rec.Trigger
+	}
+	sb, err := p.sbx.CreateSandbox(ctx, req)
+	if err != nil {
+		p.failRecord(rec, fmt.Errorf("creating the run's sandbox: %w", err))
+		return "", false, err
+	}
+	rec.Sandbox, rec.Template = sb.ID, sb.Template
+	return sb.ID, req.Name == "", nil
+}
+
+// stats samples the sandbox's counters; ok is false when there is none.
+func (p *Pipeline) stats(ctx context.Context, id string) *runtime.Stats {
+	st, err := p.sbx.SandboxStats(ctx, id)
+	if err != nil {
+		return nil
+	}
+	return &st
+}
+
+// track makes rec visible to readers before it is durable.
+func (p *Pipeline) track(rec *api.Run) {
+	p.mu.Lock()
+	p.pending[rec.ID] = rec
+	p.mu.Unlock()
+}
+
+// failRecord stores rec as a run that failed before its command started.
+func (p *Pipeline) failRecord(rec *api.Run, err error) {
+	p.mu.Lock()
+	rec.State = api.RunFailed
+	rec.Error = clientText(err)
+	end := p.clk.Now().UTC()
+	rec.EndedAt = &end
+	p.pending[rec.ID] = rec
+	p.mu.Unlock()
+	p.persist(rec.ID)
+}
+
+// persist writes the finished record id and drops it from pending.
+func (p *Pipeline) persist(id string) {
+	p.mu.Lock()
+	rec, ok := p.pending[id]
+	var snap api.Run
+	if ok {
+		snap = cloneRun(rec)
+	}
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	ctx := context.Background()
+	if err := p.st.PutRun(ctx, snap); err != nil {
+		p.log.Error("storing run record", "run", id, "err", err)
+		return // kept in memory: readers still see it
+	}
+	p.mu.Lock()
+	delete(p.pending, id)
+	p.writes++
+	prune := p.writes >= 1000
+	if prune {
+		p.writes = 0
+	}
+	p.mu.Unlock()
+	if prune {
+		if err := p.st.PruneRuns(ctx, p.cfg.KeepRuns); err != nil {
+			p.log.Warn("pruning run records", "err", err)
+		}
+	}
+}
+
+// Get returns the record of run id.
+func (p *Pipeline) Get(ctx context.Context, id string) (api.Run, error) {
+	p.mu.Lock()
+	rec, ok := p.pending[id]
+	var snap api.Run
+	if ok {
+		snap = cloneRun(rec)
+	}
+	p.mu.Unlock()
+	if ok {
+		return snap, nil
+	}
+	return p.st.GetRun(ctx, id)
+}
+
+// List returns the records matching f, newest first, running ones
+// included.
+func (p *Pipeline) List(ctx context.Context, f store.RunFilter) ([]api.Run, error) {
+	p.mu.Lock()
+	var live []api.Run
+	for _, rec := range p.pending {
+		if f.Match(*rec) {
+			live = append(live, cloneRun(rec))
+		}
+	}
+	p.mu.Unlock()
+	stored, err := p.st.ListRuns(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool, len(live))
+	for _, r := range live {
+		seen[r.ID] = true
+	}
+	out := live
+	for _, r := range stored {
+		if !seen[r.ID] {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b api.Run) int { return strings.Compare(b.ID, a.ID) })
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+// Wait reads exe's stream to its end and returns the finished record. It
+// closes the stream.
+func (p *Pipeline) Wait(ctx context.Context, exe *Execution) (api.Run, error) {
+	if exe.Stream == nil {
+		return api.Run{}, fmt.Errorf("run %s is a background run: %w", exe.ID, errdefs.ErrInvalidArgument)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = exe.Stream.Close() })
+	for {
+		if _, err := exe.Stream.Next(); err != nil {
+			break
+		}
+	}
+	stop()
+	_ = exe.Stream.Close()
+	if rs, ok := exe.Stream.(*recStream); ok {
+		// A stream cut short is finished by its follower when the process
+		// exits.
+		select {
+		case <-rs.rs.done:
+		case <-ctx.Done():
+			return api.Run{}, fmt.Errorf("waiting for run %s: %w", exe.ID, ctx.Err())
+		}
+	}
+	return p.Get(context.WithoutCancel(ctx), exe.ID)
+}
+
+// runState is the bookkeeping of one run between its start and its end.
+type runState struct {
+	p          *Pipeline
+	rec        *api.Run // guarded by p.mu once tracked
+	ephemeral  bool
+	keepOutput bool
+	meter      meter
+	sampler    Timer
+
+	// done is closed when the record is finished.
+	done chan struct{}
+	once sync.Once
+
+	// mu guards meter (once started), output, finished and sampler.
+	mu       sync.Mutex
+	output   []byte
+	finished bool
+}
+
+// started samples the counters (if the sandbox slept before the exec)
+// and starts periodic sampling.
+func (rs *runState) started(ctx context.Context, sbID string) {
+	if !rs.meter.sampled() {
+		rs.meter.sample(rs.p.clk.Now(), rs.p.stats(ctx, sbID))
+	}
+	rs.armSampler(sbID)
+}
+
+func (rs *runState) armSampler(sbID string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.finished {
+		return
+	}
+	rs.sampler = rs.p.clk.AfterFunc(rs.p.cfg.SampleInterval, func() {
+		rs.mu.Lock()
+		finished := rs.finished
+		rs.mu.Unlock()
+		if finished {
+			return
+		}
+		st := rs.p.stats(context.Background(), sbID)
+		rs.mu.Lock()
+		if !rs.finished {
+			rs.meter.sample(rs.p.clk.Now(), st)
+		}
+		rs.mu.Unlock()
+		rs.armSampler(sbID)
+	})
+}
+
+// fail records a run whose command did not start.
+func (rs *runState) fail(err error) {
+	rs.finish(nil, err)
+}
+
+// addOutput keeps the tail of the output.
+func (rs *runState) addOutput(data []byte) {
+	if !rs.keepOutput {
+		return
+	}
+	rs.mu.Lock()
+	rs.output = append(rs.output, data...)
+	if n := len(rs.output); n > MaxOutput {
+		rs.output = append(rs.output[:0], rs.output[n-MaxOutput:]...)
+	}
+	rs.mu.Unlock()
+}
+
+// finish completes the record with the exit event (or the error that
+// ended the run), stores it and deletes an ephemeral sandbox. Only the
+// first call counts.
+func (rs *runState) finish(exit *api.ExecEvent, cause error) {
+	rs.once.Do(func() {
+		p := rs.p
+		end := p.clk.Now()
+		p.mu.Lock()
+		sbID := rs.rec.Sandbox
+		p.mu.Unlock()
+		st := p.stats(context.Background(), sbID)
+		rs.mu.Lock()
+		rs.finished = true
+		if rs.sampler != nil {
+			rs.sampler.Stop()
+		}
+		rs.meter.sample(end, st)
+		usage := rs.meter.usage()
+		output := slices.Clone(rs.output)
+		rs.mu.Unlock()
+
+		p.mu.Lock()
+		rec := rs.rec
+		p.mu.Unlock()
+		egress := p.egressBytes(sbID, rec.ID, rec.StartedAt, end)
+
+		p.mu.Lock()
+		endUTC := end.UTC()
+		rec.EndedAt = &endUTC
+		rec.DurationSeconds = end.Sub(rec.StartedAt).Seconds()
+		rec.Usage = usage
+		rec.Usage.EgressBytes = egress
+		rec.Output = output
+		switch {
+		case exit != nil && exit.Type == api.EventExit:
+			rec.State = api.RunFinished
+			rec.ExitCode, rec.Signal, rec.TimedOut = exit.ExitCode, exit.Signal, exit.TimedOut
+		case exit != nil && exit.Error != nil:
+			rec.State, rec.Error = api.RunFailed, exit.Error.Message
+		default:
+			rec.State = api.RunFailed
+			rec.Error = clientText(cause)
+		}
+		p.pending[rec.ID] = rec
+		p.mu.Unlock()
+		p.persist(rec.ID)
+		if rs.ephemeral {
+			if err := p.sbx.DeleteSandbox(context.Background(), sbID); err != nil && !errdefs.IsNotFound(err) {
+				p.log.Warn("deleting a run's sandbox", "run", rec.ID, "sandbox", sbID, "err", err)
+			}
+		}
+		close(rs.done)
+	})
+}
+
+// follow finishes the run when process pid exits, for background runs and
+// for foreground runs whose caller detached.
+func (rs *runState) follow(sbID string, pid int) {
+	if pid <= 0 {
+		rs.finish(nil, errors.New("the run's process is unknown"))
+		return
+	}
+	s, err := rs.p.sbx.WatchProcess(context.Background(), sbID, pid)
+	if err != nil {
+		rs.finish(nil, fmt.Errorf("the end of the run was not seen: %w", err))
+		return
+	}
+	defer s.Close()
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			rs.finish(nil, fmt.Errorf("the end of the run was not seen: %w", err))
+			return
+		}
+		switch ev.Type {
+		case api.EventStdout, api.EventStderr:
+			rs.addOutput(ev.Data)
+		case api.EventExit, api.EventError:
+			rs.finish(&ev, nil)
+			return
+		}
+	}
+}
+
+// egressBytes sums the bytes of the run's egress connections: those the
+// proxy tagged with the run's id or, for untagged records, the sandbox's
+// connections during the run.
+func (p *Pipeline) egressBytes(sbID, runID string, from, to time.Time) int64 {
+	el, ok := p.sbx.(EgressLogger)
+	if !ok || sbID == "" {
+		return 0
+	}
+	recs, err := el.EgressLog(context.Background(), sbID, 0)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, r := range recs {
+		if r.RunID == runID || (r.RunID == "" && !r.Time.Before(from) && !r.Time.After(to)) {
+			n += r.BytesUp + r.BytesDown
+		}
+	}
+	return n
+}
+
+// recStream passes a run's events through and finishes its record when
+// the exit event passes (before the caller sees it, so a caller that saw
+// the exit finds the record finished).
+type recStream struct {
+	inner sandbox.ExecStream
+	rs    *runState
+
+	// mu guards pid and ended.
+	mu    sync.Mutex
+	pid   int
+	ended bool
+}
+
+// Next implements sandbox.ExecStream.
+func (s *recStream) Next() (api.ExecEvent, error) {
+	ev, err := s.inner.Next()
+	if err != nil {
+		return ev, err
+	}
+	switch ev.Type {
+	case api.EventStarted:
+		s.mu.Lock()
+		s.pid = ev.Pid
+		s.mu.Unlock()
+	case api.EventStdout, api.EventStderr:
+		s.rs.addOutput(ev.Data)
+	case api.EventExit, api.EventError:
+		s.mu.Lock()
+		s.ended = true
+		s.mu.Unlock()
+		s.rs.finish(&ev, nil)
+	}
+	return ev, nil
+}
+
+// Close implements sandbox.ExecStream: a caller that leaves before the
+// exit leaves the process running, and its run is finished when the
+// process exits.
+func (s *recStream) Close() error {
+	err := s.inner.Close()
+	s.mu.Lock()
+	ended, pid := s.ended, s.pid
+	s.ended = true
+	s.mu.Unlock()
+	if !ended {
+		go s.rs.follow(s.rs.sandboxID(), pid)
+	}
+	return err
+}
+
+func (rs *runState) sandboxID() string {
+	rs.p.mu.Lock()
+	defer rs.p.mu.Unlock()
+	return rs.rec.Sandbox
+}
+
+// clientText is the part of an error fit for a record: 4xx-category text
+// as is; anything else only its category.
+func clientText(err error) string {
+	if err == nil {
+		return "unknown error"
+	}
+	for _, e := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrConflict,
+		errdefs.ErrFailedPrecondition, errdefs.ErrResourceExhausted, errdefs.ErrAlreadyExists,
+		errdefs.ErrTooLarge, errdefs.ErrPermissionDenied} {
+		if errors.Is(err, e) {
+			return err.Error()
+		}
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, errdefs.ErrUnavailable) {
+		return "the sandbox went away during the run"
+	}
+	return "internal error"
+}
+
+func cloneRun(r *api.Run) api.Run {
+	c := *r
+	c.Cmd = slices.Clone(r.Cmd)
+	c.Output = slices.Clone(r.Output)
+	if r.ExitCode != nil {
+		v := *r.ExitCode
+		c.ExitCode = &v
+	}
+	if r.EndedAt != nil {
+		v := *r.EndedAt
+		c.EndedAt = &v
+	}
+	return c
+}
+
+func mapsClone(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
