@@ -32,7 +32,7 @@ var (
 	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
 	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	templateRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+	templateRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`) // NAME[@VERSION]
 	idRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
 )
 

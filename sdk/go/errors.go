@@ -38,6 +38,8 @@ type APIError struct {
 	Code      string // stable category, one of the Code* constants
 	Message   string // human-readable, safe to show
 	RequestID string // matches the daemon's log line
+
+	body []byte // the response body (bounded), for calls whose errors carry more
 }
 
 func (e *APIError) Error() string {
@@ -88,7 +90,8 @@ func IsUnreachable(err error) bool {
 // decodeError turns a non-2xx response into an *APIError.
 func decodeError(resp *http.Response) error {
 	e := &APIError{Status: resp.StatusCode, RequestID: resp.Header.Get(api.RequestIDHeader)}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	e.body = b
 	var body api.Error
 	if json.Unmarshal(b, &body) == nil && (body.Code != "" || body.Message != "") {
 		e.Code, e.Message = body.Code, body.Message

@@ -1,0 +1,118 @@
+package agentbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// Diff, merge and saved templates.
+
+// Diff is the result of Client.Diff: the changes that turn one filesystem
+// state into another.
+type Diff = api.Diff
+
+// MergeResult is the result of Sandbox.Merge.
+type MergeResult = api.MergeResult
+
+// TemplateVersion is one immutable saved version of a template.
+type TemplateVersion = api.TemplateVersion
+
+// Diff compares two filesystem states. A ref is "sandbox:<id>" (its live
+// state), "checkpoint:<id|name>", "template:<name>[@<version>]", or a bare
+// sandbox id, checkpoint id or template name. With unified, small text
+// files carry a unified diff.
+func (c *Client) Diff(ctx context.Context, from, to string, unified bool) (Diff, error) {
+	q := url.Values{"from": {from}, "to": {to}}
+	if unified {
+		q.Set("unified", "true")
+	}
+	var d Diff
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/diff", query: q}, &d); err != nil {
+		return Diff{}, fmt.Errorf("diff %s %s: %w", from, to, err)
+	}
+	return d, nil
+}
+
+// TreeHash returns the content hash of the sandbox's filesystem as seen
+// from inside; a sandbox fresh from a template version has the version's
+// TreeHash.
+func (s *Sandbox) TreeHash(ctx context.Context) (string, error) {
+	var th api.TreeHash
+	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("/treehash")}, &th); err != nil {
+		return "", fmt.Errorf("hashing sandbox %s: %w", s.id, err)
+	}
+	return th.TreeHash, nil
+}
+
+// MergeOptions choose how a merge treats conflicts.
+type MergeOptions struct {
+	// Strategy for conflicts: api.MergeFail (default), api.MergeOurs (keep
+	// this sandbox's version) or api.MergeTheirs (take the source's).
+	Strategy string
+	// Resolutions choose a side per path ("ours" or "theirs"), over Strategy.
+	Resolutions map[string]string
+	// DryRun reports what would be applied and the conflicts, changing
+	// nothing.
+	DryRun bool
+}
+
+// MergeConflictError is returned by Merge when paths changed on both sides
+// and no side was chosen for them; nothing was applied. It wraps the
+// *APIError (IsConflict(err) is true).
+type MergeConflictError struct {
+	*APIError
+	Conflicts []api.MergeConflict
+}
+
+func (e *MergeConflictError) Unwrap() error { return e.APIError }
+
+// Merge applies the changes sandbox from made since the two sandboxes'
+// common fork point (one forked from the other, or both from one
+// checkpoint) to this sandbox. Unresolved conflicts: a
+// *MergeConflictError, and nothing changed.
+func (s *Sandbox) Merge(ctx context.Context, from string, opts MergeOptions) (MergeResult, error) {
+	req := api.MergeRequest{From: from, Strategy: opts.Strategy, Resolutions: opts.Resolutions, DryRun: opts.DryRun}
+	var res MergeResult
+	err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/merge"), json: req}, &res)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusConflict {
+		var body api.MergeConflictError
+		if json.Unmarshal(ae.body, &body) == nil && len(body.Conflicts) > 0 {
+			err = &MergeConflictError{APIError: ae, Conflicts: body.Conflicts}
+		}
+	}
+	if err != nil {
+		return MergeResult{}, fmt.Errorf("merging %s into %s: %w", from, s.id, err)
+	}
+	return res, nil
+}
+
+// SaveTemplate freezes the sandbox's filesystem as a new immutable version
+// of template name; create sandboxes from "name" (newest version) or
+// "name@N".
+func (s *Sandbox) SaveTemplate(ctx context.Context, name string) (TemplateVersion, error) {
+	var v TemplateVersion
+	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/template"), json: api.SaveTemplateRequest{Name: name}}, &v); err != nil {
+		return TemplateVersion{}, fmt.Errorf("saving sandbox %s as template %s: %w", s.id, name, err)
+	}
+	return v, nil
+}
+
+// TemplateVersions lists the versions of saved template name, oldest first.
+func (c *Client) TemplateVersions(ctx context.Context, name string) ([]TemplateVersion, error) {
+	var list api.TemplateVersionList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/templates/" + url.PathEscape(name) + "/versions"}, &list); err != nil {
+		return nil, fmt.Errorf("listing versions of template %s: %w", name, err)
+	}
+	return list.Versions, nil
+}
+
+// TemplateRef is the name of version v of template name ("name@v").
+func TemplateRef(name string, v int) string { return name + "@" + strconv.Itoa(v) }
