@@ -207,4 +207,3 @@ func templateVersionsCmd(g *globals) *cobra.Command {
 		},
 	}
 }
-
