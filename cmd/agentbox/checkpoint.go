@@ -116,7 +116,7 @@ func checkpointCmd() *cobra.Command {
 			return errors.Join(errs...)
 		},
 	}
-	cmd.AddCommand(create, ls, rm)
+	cmd.AddCommand(create, ls, rm, checkpointExportCmd())
 	return cmd
 }
 
