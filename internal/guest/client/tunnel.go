@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -87,7 +89,7 @@ func (t *Tunnel) handshake(st *yamux.Stream) {
 	}
 	_ = st.SetReadDeadline(time.Time{})
 	select {
-	case t.ready <- tunnelConn{port, st}:
+	case t.ready <- tunnelConn{port, streamConn{st}}:
 	case <-t.sess.CloseChan():
 		st.Close()
 	}
@@ -112,4 +114,30 @@ func (t *Tunnel) Done() <-chan struct{} { return t.sess.CloseChan() }
 func (t *Tunnel) Close() error {
 	t.once.Do(func() { _ = t.sess.Close() })
 	return nil
+}
+
+// streamConn is a tunnel stream whose deadline errors are
+// os.ErrDeadlineExceeded, as with a TCP connection. yamux reports them as a
+// net.Error that is not Temporary, and crypto/tls then treats the
+// connection as broken for good: an http.Server serving TLS over a stream
+// (the egress proxy's interception) aborts its background read with a past
+// deadline after every response and so closed every keep-alive connection
+// after its first request.
+type streamConn struct{ *yamux.Stream }
+
+func (c streamConn) Read(p []byte) (int, error) {
+	n, err := c.Stream.Read(p)
+	return n, deadlineErr(err)
+}
+
+func (c streamConn) Write(p []byte) (int, error) {
+	n, err := c.Stream.Write(p)
+	return n, deadlineErr(err)
+}
+
+func deadlineErr(err error) error {
+	if errors.Is(err, yamux.ErrTimeout) {
+		return os.ErrDeadlineExceeded
+	}
+	return err
 }
