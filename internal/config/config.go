@@ -35,6 +35,9 @@ const (
 	EnvEgressHostsFile = "AGENTBOX_EGRESS_HOSTS_FILE"
 	EnvEgressCAFile    = "AGENTBOX_EGRESS_CA_FILE"
 	EnvEgressPermit    = "AGENTBOX_EGRESS_PERMIT"
+	// EnvStorageDriver and EnvMaxLayerDepth: see Config.
+	EnvStorageDriver = "AGENTBOX_STORAGE_DRIVER"
+	EnvMaxLayerDepth = "AGENTBOX_MAX_LAYER_DEPTH"
 )
 
 // Defaults.
@@ -208,6 +211,14 @@ func (c *Config) ApplyEnv() {
 	set(EnvConnectorsFile, &c.ConnectorsFile)
 	set(EnvEgressHostsFile, &c.EgressHostsFile)
 	set(EnvEgressCAFile, &c.EgressCAFile)
+	set(EnvStorageDriver, &c.StorageDriver)
+	if v, ok := os.LookupEnv(EnvMaxLayerDepth); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			n = -1 // refused by Validate
+		}
+		c.MaxLayerDepth = n
+	}
 	if v, ok := os.LookupEnv(EnvEgressPermit); ok {
 		c.EgressPermit = nil
 		for _, p := range strings.Split(v, ",") {
