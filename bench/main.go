@@ -39,6 +39,7 @@ func mainErr() error {
 		buildTO  = flag.Duration("build-timeout", 10*time.Minute, "limit for building the template before measuring")
 		peers    = flag.Bool("peers", true, "measure the peers (runc, crun, unshare, nsenter, floor)")
 		agentbox = flag.Bool("agentbox", true, "measure agentbox")
+		egressB  = flag.Bool("egress", true, "measure the egress proxy (needs -agentbox's binary)")
 	)
 	flag.Parse()
 	if *n < 1 || *warmup < 0 {
@@ -77,12 +78,15 @@ func mainErr() error {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 		}
 		results = append(results, measureAgentbox(ctx, b, abin, *dataDir, *template, *buildTO)...)
+		if *egressB {
+			results = append(results, measureEgress(ctx, b, root, abin, *template, *buildTO)...)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted: %w", err)
 	}
 
-	lines := evalRatios(results)
+	lines := append(evalRatios(results), egressTargets(results)...)
 	printText(os.Stdout, results, lines)
 	if *write {
 		path := filepath.Join(root, *doc)

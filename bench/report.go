@@ -93,7 +93,7 @@ func evalRatios(results []result) []ratioLine {
 // printText writes the results and ratios for a terminal.
 func printText(w io.Writer, results []result, lines []ratioLine) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, group := range []string{groupCreate, groupExec} {
+	for _, group := range groupOrder {
 		fmt.Fprintf(tw, "\n%s\tmedian\tp90\tmin\tn\n", groupTitle(group))
 		for _, r := range results {
 			if r.Group != group {
@@ -118,12 +118,14 @@ func printText(w io.Writer, results []result, lines []ratioLine) {
 	}
 }
 
-func groupTitle(group string) string {
-	if group == groupCreate {
-		return "Sandbox creation"
-	}
-	return "Exec round trip"
-}
+// groupOrder lists the result groups in report order; groupTitles names
+// them (other files add theirs in init).
+var (
+	groupOrder  = []string{groupCreate, groupExec}
+	groupTitles = map[string]string{groupCreate: "Sandbox creation", groupExec: "Exec round trip"}
+)
+
+func groupTitle(group string) string { return groupTitles[group] }
 
 // markdown renders docs/BENCHMARKS.md.
 func markdown(m machine, n, warmup int, results []result, lines []ratioLine) string {
@@ -145,7 +147,7 @@ func markdown(m machine, n, warmup int, results []result, lines []ratioLine) str
 	fmt.Fprintf(&b, "| Peers | %s |\n", mdEscape(strings.Join(m.Runtimes, "; ")))
 	fmt.Fprintf(&b, "| Runs | %d timed per measurement after %d untimed warm-up runs |\n\n", n, warmup)
 
-	for _, group := range []string{groupCreate, groupExec} {
+	for _, group := range groupOrder {
 		fmt.Fprintf(&b, "## %s\n\n", groupTitle(group))
 		b.WriteString("| What | median | p90 | min | n | how |\n|---|---:|---:|---:|---:|---|\n")
 		for _, r := range results {
@@ -166,6 +168,7 @@ func markdown(m machine, n, warmup int, results []result, lines []ratioLine) str
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", mdEscape(l.Label), l.valueText(), l.targetText(), l.Status)
 	}
 	b.WriteString(methodText)
+	b.WriteString(egressMethodText)
 	return b.String()
 }
 
