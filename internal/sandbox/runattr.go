@@ -12,14 +12,16 @@ import (
 // loopback peer. Finding the process would mean matching the peer's socket
 // inode in /proc/net/tcp against every process's fds inside the sandbox
 // and walking its parents up to an exec'd process, for every connection,
-// in a guest we do not trust anyway. We chose the cheap rule that is never
-// wrong when it answers: a connection belongs to run R when R is the only
-// live run (exec with a run token; the only execs that have a run id) of
-// the sandbox AND the guest reports R's process as the only running
-// exec'd process. With two runs, or a run beside any other exec (a
-// background server, an exec without a token), the record's run id stays
-// empty. The guest answers the process list, so a compromised guest can
-// mislabel its own sandbox's records, nothing more; the label is
+// in a guest we do not trust anyway. We chose a cheap rule instead: a
+// connection belongs to run R when R is the only live run (exec with a run
+// token; the only execs that have a run id) of the sandbox AND the guest
+// reports R's process as the only running exec'd process. With two runs,
+// or a run beside any other running exec (a background server, an exec
+// without a token), the record's run id stays empty. Known gap: a daemon
+// process left behind by an earlier, finished exec (reparented to the
+// guest) is not an exec'd process, so its connections made during R are
+// labelled R. The guest answers the process list, so a compromised guest
+// can mislabel its own sandbox's records, nothing more; the label is
 // bookkeeping, never an input to a policy or authorization decision.
 
 // runAttrTimeout bounds the guest round trip of ActiveRun.
