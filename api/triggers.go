@@ -96,9 +96,3 @@ type Hook struct {
 type HookList struct {
 	Hooks []Hook `json:"hooks"`
 }
-
-// HookAccepted is the body of a 202 answer to POST /v1/hooks/{id}: the run
-// goes on in the background (GET /v1/runs/{run}).
-type HookAccepted struct {
-	Run string `json:"run"`
-}

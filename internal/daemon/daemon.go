@@ -49,6 +49,8 @@ type Daemon struct {
 	secrets *secrets.Store
 	// stopBridge closes the API bridge.
 	stopBridge func()
+	// pipe is the execution pipeline and its triggers (pipeline.go).
+	pipe *pipelineAPI
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -164,11 +166,15 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	collectAtStart(ctx, mgr, log)
-	handler := httpapi.New(service{mgr}, httpapi.Options{
+	pipe, err := setupPipeline(ctx, cfg, mgr, st, log)
+	if err != nil {
+		return nil, err
+	}
+	handler := httpapi.New(service{mgr, pipe}, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
 	})
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge}, nil
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -190,7 +196,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			d.shutdown()
 			return fmt.Errorf("listening on %s: %w", d.cfg.TCPAddr, err)
 		}
-		tcpHandler := httpapi.New(service{d.manager}, httpapi.Options{
+		tcpHandler := httpapi.New(service{d.manager, d.pipe}, httpapi.Options{
 			Logger:       d.log,
 			Version:      version.Version,
 			APIKeys:      d.cfg.APIKeys,
@@ -239,6 +245,7 @@ func (d *Daemon) shutdown() {
 func (d *Daemon) Close() error {
 	d.shutdown()
 	d.stopBridge()
+	d.pipe.close()
 	_ = d.manager.Close()
 	if err := d.backend.Close(); err != nil {
 		d.log.Warn("stopping prespawned guests", "err", err)
@@ -246,19 +253,15 @@ func (d *Daemon) Close() error {
 	return d.store.Close()
 }
 
-// service adapts the Manager to httpapi.Service: the two stream methods
-// return the API package's interface type.
-type service struct{ *sandbox.Manager }
+// service adapts the Manager and the execution pipeline to
+// httpapi.Service: exec goes through the pipeline (pipeline.go), and the
+// stream methods return the API package's interface type.
+type service struct {
+	*sandbox.Manager
+	*pipelineAPI
+}
 
 var _ httpapi.Service = service{}
-
-func (s service) Exec(ctx context.Context, id string, req api.ExecRequest) (httpapi.ExecStream, error) {
-	st, err := s.Manager.Exec(ctx, id, req)
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
-}
 
 func (s service) Attach(ctx context.Context, id string, pid int, replay bool) (httpapi.ExecStream, error) {
 	st, err := s.Manager.Attach(ctx, id, pid, replay)

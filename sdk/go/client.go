@@ -145,12 +145,13 @@ func unixTransport(socket string) *http.Transport {
 // request describes one API call.
 type request struct {
 	method string
-	path   string     // below /v1, already escaped
-	query  url.Values // optional
-	json   any        // JSON body, or nil
-	body   io.Reader  // raw body (when json is nil)
-	ctype  string     // Content-Type of body
-	size   int64      // Content-Length of body when known, else -1
+	path   string      // below /v1, already escaped
+	query  url.Values  // optional
+	json   any         // JSON body, or nil
+	body   io.Reader   // raw body (when json is nil)
+	ctype  string      // Content-Type of body
+	size   int64       // Content-Length of body when known, else -1
+	header http.Header // extra request headers, optional
 }
 
 // send performs r and returns the response when its status is 2xx; any other
@@ -181,6 +182,11 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		}
 		if ctype != "" {
 			req.Header.Set("Content-Type", ctype)
+		}
+	}
+	for k, vs := range r.header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
 		}
 	}
 	req.Header.Set(api.VersionHeader, api.Version)

@@ -1,0 +1,156 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/pipeline"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// hookKeyPurpose derives the key that seals webhook secrets from the
+// master secrets key.
+const hookKeyPurpose = "agentbox hook secrets v1"
+
+// pipelineAPI is the execution pipeline with its triggers, as the HTTP
+// edge sees it (httpapi.RunService, ScheduleService, HookService). API
+// exec reaches the pipeline through service.Exec and StartProcess below.
+type pipelineAPI struct {
+	p     *pipeline.Pipeline
+	sched *pipeline.Scheduler
+	hooks *pipeline.Hooks
+}
+
+var (
+	_ httpapi.RunService      = service{}
+	_ httpapi.ScheduleService = service{}
+	_ httpapi.HookService     = service{}
+)
+
+// setupPipeline starts the execution pipeline, its schedules (applying
+// missed-run policies) and webhooks. It runs after Recover: missed runs
+// may need sandboxes. Webhook secrets are sealed with a key derived from
+// the master secrets key (read again from its file, created by
+// setupSecrets).
+func setupPipeline(ctx context.Context, cfg *config.Config, mgr *sandbox.Manager, st *store.Bolt, log *slog.Logger) (*pipelineAPI, error) {
+	p, err := pipeline.New(pipeline.Config{Sandboxes: mgr, Store: st, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	key, err := secrets.LoadOrCreateKey(cfg.SecretsKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	hooks, err := pipeline.NewHooks(p, key.Derive(hookKeyPurpose))
+	if err != nil {
+		return nil, err
+	}
+	sched := pipeline.NewScheduler(p)
+	if err := sched.Start(ctx); err != nil {
+		return nil, fmt.Errorf("starting schedules: %w", err)
+	}
+	return &pipelineAPI{p: p, sched: sched, hooks: hooks}, nil
+}
+
+func (x *pipelineAPI) close() {
+	if x != nil {
+		x.sched.Close()
+	}
+}
+
+// Exec is the API trigger of the pipeline (CLI and SDK exec come here
+// too): the run's who is the request's caller.
+func (s service) Exec(ctx context.Context, id string, req api.ExecRequest) (httpapi.ExecStream, error) {
+	exe, err := s.pipelineAPI.p.Execute(ctx, pipeline.Run{Trigger: api.TriggerAPI, Who: httpapi.CallerFrom(ctx), SandboxID: id, Exec: req})
+	if err != nil {
+		return nil, err
+	}
+	return exe.Stream, nil
+}
+
+// StartProcess is Exec in the background.
+func (s service) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
+	req.Background = true
+	exe, err := s.pipelineAPI.p.Execute(ctx, pipeline.Run{Trigger: api.TriggerAPI, Who: httpapi.CallerFrom(ctx), SandboxID: id, Exec: req})
+	if err != nil {
+		return api.Process{}, err
+	}
+	return exe.Process, nil
+}
+
+// ListRuns implements httpapi.RunService.
+func (x *pipelineAPI) ListRuns(ctx context.Context, sandbox, trigger string, limit int) ([]api.Run, error) {
+	return x.p.List(ctx, store.RunFilter{Sandbox: sandbox, Trigger: trigger, Limit: limit})
+}
+
+// GetRun implements httpapi.RunService.
+func (x *pipelineAPI) GetRun(ctx context.Context, id string) (api.Run, error) {
+	return x.p.Get(ctx, id)
+}
+
+// Usage implements httpapi.RunService.
+func (x *pipelineAPI) Usage(ctx context.Context, sandbox string, since time.Time) (api.Usage, error) {
+	return x.p.Usage(ctx, sandbox, since)
+}
+
+// ExportUsage implements httpapi.RunService.
+func (x *pipelineAPI) ExportUsage(ctx context.Context, sandbox string, since time.Time, emit func(api.UsageRecord) error) error {
+	return x.p.ExportUsage(ctx, sandbox, since, emit)
+}
+
+// CreateSchedule implements httpapi.ScheduleService.
+func (x *pipelineAPI) CreateSchedule(ctx context.Context, req api.CreateScheduleRequest) (api.Schedule, error) {
+	return x.sched.Create(ctx, req)
+}
+
+// ListSchedules implements httpapi.ScheduleService.
+func (x *pipelineAPI) ListSchedules(ctx context.Context) ([]api.Schedule, error) {
+	return x.sched.List(ctx)
+}
+
+// GetSchedule implements httpapi.ScheduleService.
+func (x *pipelineAPI) GetSchedule(ctx context.Context, id string) (api.Schedule, error) {
+	return x.sched.Get(ctx, id)
+}
+
+// DeleteSchedule implements httpapi.ScheduleService.
+func (x *pipelineAPI) DeleteSchedule(ctx context.Context, id string) error {
+	return x.sched.Delete(ctx, id)
+}
+
+// TriggerSchedule implements httpapi.ScheduleService.
+func (x *pipelineAPI) TriggerSchedule(ctx context.Context, id string) (api.Run, error) {
+	return x.sched.Trigger(ctx, id)
+}
+
+// CreateHook implements httpapi.HookService.
+func (x *pipelineAPI) CreateHook(ctx context.Context, req api.CreateHookRequest) (api.Hook, error) {
+	return x.hooks.Create(ctx, req)
+}
+
+// ListHooks implements httpapi.HookService.
+func (x *pipelineAPI) ListHooks(ctx context.Context) ([]api.Hook, error) {
+	return x.hooks.List(ctx)
+}
+
+// GetHook implements httpapi.HookService.
+func (x *pipelineAPI) GetHook(ctx context.Context, id string) (api.Hook, error) {
+	return x.hooks.Get(ctx, id)
+}
+
+// DeleteHook implements httpapi.HookService.
+func (x *pipelineAPI) DeleteHook(ctx context.Context, id string) error {
+	return x.hooks.Delete(ctx, id)
+}
+
+// InvokeHook implements httpapi.HookService.
+func (x *pipelineAPI) InvokeHook(ctx context.Context, id, timestamp, signature string, body []byte, wait bool) (api.Run, error) {
+	return x.hooks.Invoke(ctx, id, timestamp, signature, body, wait)
+}
