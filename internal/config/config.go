@@ -38,6 +38,8 @@ const (
 	// EnvStorageDriver and EnvMaxLayerDepth: see Config.
 	EnvStorageDriver = "AGENTBOX_STORAGE_DRIVER"
 	EnvMaxLayerDepth = "AGENTBOX_MAX_LAYER_DEPTH"
+	// EnvCgroupParent: see Config.CgroupParent.
+	EnvCgroupParent = "AGENTBOX_CGROUP_PARENT"
 )
 
 // Defaults.
@@ -114,6 +116,12 @@ type Config struct {
 	// MaxLayerDepth bounds layer chains: a checkpoint or template whose
 	// chain is deeper is squashed. 0 means 32; overlayfs allows 500.
 	MaxLayerDepth int `json:"max_layer_depth,omitempty"`
+	// CgroupParent, when set, is a cgroup (relative to the hierarchy
+	// roots) this daemon owns alone: it holds a host-wide lock on it and
+	// at start-up removes every cgroup under it that no record claims.
+	// Empty means the shared parent "agentbox", where only the cgroups of
+	// this daemon's own sandbox directories are cleaned up.
+	CgroupParent string `json:"cgroup_parent,omitempty"`
 
 	// LogLevel is debug, info, warn or error. LogFormat is text or json.
 	LogLevel  string `json:"log_level"`
@@ -212,6 +220,7 @@ func (c *Config) ApplyEnv() {
 	set(EnvEgressHostsFile, &c.EgressHostsFile)
 	set(EnvEgressCAFile, &c.EgressCAFile)
 	set(EnvStorageDriver, &c.StorageDriver)
+	set(EnvCgroupParent, &c.CgroupParent)
 	if v, ok := os.LookupEnv(EnvMaxLayerDepth); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil {

@@ -20,8 +20,10 @@ import (
 // guest still runs is registered again with its guest untouched (its
 // processes never noticed the restart); one whose guest died, or whose
 // record is broken, is cleaned up completely; sandbox directories with no
-// record (a crash mid-create) are removed.
+// record (a crash mid-create) are removed. Corrupt records are quarantined
+// first; last, host resources under ids nobody knows are swept.
 func (m *Manager) Recover(ctx context.Context) error {
+	m.quarantineCorrupt(ctx)
 	recs, err := m.store.ListSandboxes(ctx)
 	if err != nil {
 		return fmt.Errorf("recovering sandboxes: %w", err)
@@ -62,6 +64,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		reaped++
 	}
 	m.recoverCheckpoints(ctx)
+	m.sweepOrphans(ctx)
 	m.log.InfoContext(ctx, "sandboxes recovered", "adopted", adopted, "reaped", reaped)
 	return nil
 }
@@ -109,7 +112,9 @@ func (m *Manager) reap(ctx context.Context, rec store.SandboxRecord) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	if err := m.backend.Cleanup(ctx, m.runtimeSpec(rec)); err != nil {
-		errs = append(errs, err)
+		// Keep the directory: it is how the next start finds what is
+		// left of this sandbox and tries again.
+		return err
 	}
 	if err := os.RemoveAll(m.paths(rec.Sandbox.ID).dir); err != nil {
 		errs = append(errs, err)

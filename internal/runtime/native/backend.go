@@ -39,6 +39,12 @@ type Config struct {
 	// Prespawn, when set, keeps guests started ahead of need; see Prespawn.
 	// Call Close to stop them.
 	Prespawn *Prespawn
+	// OwnParent declares CgroupParent this backend's alone: New takes a
+	// host-wide lock on it (failing with errdefs.ErrUnavailable while
+	// another process holds it) and SweepOrphans may remove any cgroup
+	// under it that no record claims. Leave it false on a parent shared
+	// by several daemons.
+	OwnParent bool
 }
 
 // Backend is the native runtime.Backend. It holds no per-sandbox state, so
@@ -49,6 +55,7 @@ type Backend struct {
 	mode         string // cgroupMode(): "v1", "hybrid" or "v2"
 	log          *slog.Logger
 	pool         *zygotePool // nil without Prespawn
+	parentLock   *os.File    // held for the process's life when OwnParent
 }
 
 var (
@@ -81,6 +88,12 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("native backend: no cgroup hierarchy: %w", errdefs.ErrFailedPrecondition)
 	}
 	b := &Backend{cgroupParent: cfg.CgroupParent, mode: mode, log: cfg.Logger.With("backend", Name)}
+	if cfg.OwnParent {
+		var err error
+		if b.parentLock, err = lockParent(cfg.CgroupParent); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Prespawn != nil {
 		pool, err := newZygotePool(*cfg.Prespawn, mode, cfg.CgroupParent, b.log)
 		if err != nil {

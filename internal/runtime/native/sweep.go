@@ -1,0 +1,121 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// lockParent takes the host-wide exclusive lock that makes this process the
+// only owner of its cgroup parent (Config.OwnParent). The lock is a flock on
+// a file under /run/lock, released when the process exits, so a crashed
+// daemon never holds it against its successor.
+func lockParent(parent string) (*os.File, error) {
+	dir := "/run/lock/agentbox"
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cgroup parent lock: %w", err)
+	}
+	name := filepath.Join(dir, "cgroup-"+strings.ReplaceAll(parent, "/", "_")+".lock")
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup parent lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cgroup parent %q is owned by another agentbox daemon (%s): %w", parent, name, errdefs.ErrUnavailable)
+	}
+	return f, nil
+}
+
+// SweepOrphans kills the processes of, and removes, every sandbox cgroup
+// under the backend's cgroup parent whose id keep rejects, and, without a
+// zygote pool, the cgroups of zygotes an earlier daemon left. It does so only when the backend owns its
+// parent exclusively (Config.OwnParent): on a parent shared with other
+// daemons an unknown cgroup may be another daemon's live sandbox, and it
+// returns nil having touched nothing. It returns the ids it removed; errors
+// of single cgroups are joined, the sweep goes on.
+func (b *Backend) SweepOrphans(ctx context.Context, keep func(id string) bool) ([]string, error) {
+	if b.parentLock == nil {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	for _, root := range b.hierarchyRoots() {
+		entries, err := os.ReadDir(filepath.Join(root, b.cgroupParent))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	var (
+		swept []string
+		errs  []error
+	)
+	for name := range seen {
+		if strings.HasPrefix(name, zygotePrefix) {
+			// A pool removes an earlier daemon's zygotes when it
+			// starts; those left are its own, being started.
+			if b.pool != nil {
+				continue
+			}
+		} else if !idPattern.MatchString(name) || keep(name) {
+			continue
+		}
+		cg, err := loadCgroup(b.mode, "/"+b.cgroupParent+"/"+name)
+		if errdefs.IsNotFound(err) {
+			// Present in some hierarchy only: remove the stray dirs.
+			for _, root := range b.hierarchyRoots() {
+				_ = os.Remove(filepath.Join(root, b.cgroupParent, name))
+			}
+			swept = append(swept, name)
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := cg.killAll(ctx); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := cg.delete(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		b.log.WarnContext(ctx, "removed orphaned cgroup", "cgroup", "/"+b.cgroupParent+"/"+name)
+		swept = append(swept, name)
+	}
+	if len(errs) > 0 {
+		return swept, fmt.Errorf("sweeping cgroups under %s: %w", b.cgroupParent, errors.Join(errs...))
+	}
+	return swept, nil
+}
+
+// hierarchyRoots are the host directories under which sandbox cgroups are
+// made: the unified root on v2, each joined controller's mount otherwise.
+func (b *Backend) hierarchyRoots() []string {
+	if b.mode == "v2" {
+		return []string{cgroupRoot}
+	}
+	subs, err := v1Hierarchy()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range subs {
+		if p, ok := s.(interface{ Path(string) string }); ok {
+			out = append(out, p.Path("/"))
+		}
+	}
+	return out
+}

@@ -1,0 +1,80 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// orphanSweeper is implemented by backends that can find and remove
+// sandbox resources no record claims (native: cgroups under its parent).
+type orphanSweeper interface {
+	// SweepOrphans removes every sandbox resource whose id keep rejects and
+	// returns the ids it removed.
+	SweepOrphans(ctx context.Context, keep func(id string) bool) ([]string, error)
+}
+
+// quarantineCorrupt sets corrupt store records aside before recovery reads
+// the store, when the store can (store.Quarantiner). Their sandbox
+// directories, having no record left, are then reaped like those of a crash
+// mid-create.
+func (m *Manager) quarantineCorrupt(ctx context.Context) {
+	q, ok := m.store.(store.Quarantiner)
+	if !ok {
+		return
+	}
+	moved, err := q.QuarantineCorrupt(ctx)
+	if err != nil {
+		m.log.ErrorContext(ctx, "quarantining corrupt records", "err", err)
+		return
+	}
+	if len(moved) > 0 {
+		m.log.WarnContext(ctx, "corrupt records quarantined", "count", len(moved))
+	}
+}
+
+// Quarantine returns the records set aside as corrupt at start-up (none
+// when the store cannot quarantine).
+func (m *Manager) Quarantine(ctx context.Context) ([]store.QuarantinedRecord, error) {
+	q, ok := m.store.(store.Quarantiner)
+	if !ok {
+		return []store.QuarantinedRecord{}, nil
+	}
+	return q.ListQuarantine(ctx)
+}
+
+// sweepOrphans runs at the end of Recover, once every record has been
+// adopted or reaped: what is left on the host under a sandbox id the
+// manager does not know (cgroups, guest sockets) belongs to nothing and is
+// removed.
+func (m *Manager) sweepOrphans(ctx context.Context) {
+	m.mu.Lock()
+	live := make(map[string]bool, len(m.sandboxes))
+	for id := range m.sandboxes {
+		live[id] = true
+	}
+	m.mu.Unlock()
+	keep := func(id string) bool { return live[id] }
+	if s, ok := m.backend.(orphanSweeper); ok {
+		swept, err := s.SweepOrphans(ctx, keep)
+		if err != nil {
+			m.log.ErrorContext(ctx, "sweeping orphaned sandbox resources", "err", err)
+		}
+		if len(swept) > 0 {
+			m.log.WarnContext(ctx, "orphaned sandbox resources removed", "ids", swept)
+		}
+	}
+	socks, _ := filepath.Glob(filepath.Join(m.cfg.RunDir, "sb", "*.sock"))
+	for _, s := range socks {
+		id := strings.TrimSuffix(filepath.Base(s), ".sock")
+		if !idRE.MatchString(id) || keep(id) {
+			continue
+		}
+		if err := os.Remove(s); err == nil {
+			m.log.WarnContext(ctx, "removed orphaned guest socket", "path", s)
+		}
+	}
+}
