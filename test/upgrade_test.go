@@ -48,19 +48,27 @@ func agentboxVariant(t *testing.T, xflags ...string) string {
 	if p, ok := variants[key]; ok {
 		return p
 	}
-	dir, err := os.MkdirTemp("", "agentbox-variant-")
-	if err != nil {
+	// One directory per flag set, rebuilt by every test run (go build is
+	// incremental) and replaced atomically: runs do not pile up binaries.
+	sum := sha256.Sum256([]byte(key))
+	dir := filepath.Join(os.TempDir(), "agentbox-variant-"+hex.EncodeToString(sum[:4]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, "agentbox")
+	tmp := p + ".tmp-" + randHex(4)
 	var ld []string
 	for _, x := range xflags {
 		ld = append(ld, "-X", x)
 	}
-	cmd := exec.Command("go", "build", "-o", p, "-ldflags", strings.Join(ld, " "), "github.com/agentbox/agentbox/cmd/agentbox")
+	cmd := exec.Command("go", "build", "-o", tmp, "-ldflags", strings.Join(ld, " "), "github.com/agentbox/agentbox/cmd/agentbox")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
 		t.Fatalf("building agentbox %v: %v\n%s", xflags, err, out)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
 	}
 	variants[key] = p
 	return p
