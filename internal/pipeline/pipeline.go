@@ -206,6 +206,7 @@ func (p *Pipeline) Execute(ctx context.Context, r Run) (*Execution, error) {
 	rs.meter.sample(p.clk.Now(), p.stats(ctx, sbID))
 	p.track(rec)
 	exe := &Execution{ID: rec.ID, Sandbox: sbID}
+	ctx = sandbox.WithRunID(ctx, rec.ID)
 	if req.Background {
 		proc, err := p.sbx.StartProcess(ctx, sbID, req)
 		if err != nil {

@@ -195,7 +195,7 @@ func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) 
 	if req.TimeoutSeconds > 0 {
 		deadline = min(time.Duration(req.TimeoutSeconds*float64(time.Second)), maxRunDeadline)
 	}
-	r := &run{id: newRunID(), sandbox: id, boot: bootID(id, rt), rt: rt, expires: time.Now().Add(deadline), started: make(chan struct{})}
+	r := &run{id: runIDOr(ctx), sandbox: id, boot: bootID(id, rt), rt: rt, expires: time.Now().Add(deadline), started: make(chan struct{})}
 	tok, err := tokens.Mint(secrets.RunClaims{
 		Tenant: DefaultTenant, Sandbox: id, Run: r.id, Boot: r.boot,
 		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(r.expires)},

@@ -58,3 +58,21 @@ func (m *Manager) WatchProcess(ctx context.Context, id string, pid int) (ExecStr
 	}
 	return m.wrapStream(b, s, nil, pid), nil
 }
+
+type runIDKey struct{}
+
+// WithRunID returns ctx naming id as the run an exec started with ctx
+// belongs to (internal/pipeline's run record). The exec's run token, if it
+// gets one, then carries that id, so egress records and bridge events name
+// the same run as the run record.
+func WithRunID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, runIDKey{}, id)
+}
+
+// runIDOr returns the run id ctx carries, or a fresh one.
+func runIDOr(ctx context.Context) string {
+	if id, ok := ctx.Value(runIDKey{}).(string); ok && id != "" {
+		return id
+	}
+	return newRunID()
+}
