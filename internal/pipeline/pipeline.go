@@ -99,6 +99,8 @@ type Pipeline struct {
 	pending map[string]*api.Run
 	// writes counts stored records since the last prune.
 	writes int
+	// lastID is the time part of the newest run id.
+	lastID int64
 }
 
 // New returns a Pipeline.
@@ -157,12 +159,17 @@ type Execution struct {
 	Process api.Process
 }
 
-// newRunID returns an id that sorts by start time: the store lists runs
-// newest first by key.
-func newRunID(t time.Time) string {
+// newRunID returns an id that sorts by start time, and by order of
+// creation among runs of the same nanosecond (the store lists runs newest
+// first by key).
+func (p *Pipeline) newRunID(t time.Time) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("run_%016x%s", t.UnixNano(), hex.EncodeToString(b[:]))
+	p.mu.Lock()
+	n := max(t.UnixNano(), p.lastID+1)
+	p.lastID = n
+	p.mu.Unlock()
+	return fmt.Sprintf("run_%016x%s", n, hex.EncodeToString(b[:]))
 }
 
 // Execute starts r: it resolves or creates the sandbox, starts the command
@@ -174,7 +181,7 @@ func newRunID(t time.Time) string {
 func (p *Pipeline) Execute(ctx context.Context, r Run) (*Execution, error) {
 	now := p.clk.Now().UTC()
 	rec := &api.Run{
-		ID:        newRunID(now),
+		ID:        p.newRunID(now),
 		Trigger:   r.Trigger,
 		Who:       r.Who,
 		Tenant:    r.Tenant,
