@@ -347,6 +347,13 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 	b.stopIdleLocked()
 	rt, rec := b.rt, b.rec
 	b.mu.Unlock()
+	// The intent is persisted first: a daemon that dies mid-delete
+	// finishes the delete at start-up (Recover reaps a deleting record)
+	// instead of adopting a half-destroyed sandbox.
+	rec.UpdatedAt = time.Now().UTC()
+	if err := m.store.PutSandbox(ctx, rec); err != nil {
+		m.log.WarnContext(ctx, "recording delete intent", "sandbox", id, "err", err)
+	}
 	m.stopTunnel(id)
 	m.networkDown(id)
 

@@ -156,9 +156,12 @@ func (b *Backend) Cleanup(ctx context.Context, spec runtime.Spec) error {
 	var errs []error
 	cg, err := loadCgroup(b.mode, b.cgroupPath(spec.ID))
 	switch {
-	case errdefs.IsNotFound(err):
 	case err != nil:
-		errs = append(errs, err)
+		// Not found, or left in some hierarchies only by a crash
+		// mid-delete: remove what is there directory by directory.
+		if err := b.removeCgroupDirs(ctx, spec.ID); err != nil {
+			errs = append(errs, err)
+		}
 	default:
 		if err := cg.killAll(ctx); err != nil {
 			errs = append(errs, err)

@@ -72,25 +72,18 @@ func (b *Backend) SweepOrphans(ctx context.Context, keep func(id string) bool) (
 			continue
 		}
 		cg, err := loadCgroup(b.mode, "/"+b.cgroupParent+"/"+name)
-		if errdefs.IsNotFound(err) {
-			// Present in some hierarchy only: remove the stray dirs.
-			for _, root := range b.hierarchyRoots() {
-				_ = os.Remove(filepath.Join(root, b.cgroupParent, name))
+		switch {
+		case err != nil:
+			// Gone from some hierarchies only (a crash mid-delete).
+			if err := b.removeCgroupDirs(ctx, name); err != nil {
+				errs = append(errs, err)
+				continue
 			}
-			swept = append(swept, name)
-			continue
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := cg.killAll(ctx); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := cg.delete(); err != nil {
-			errs = append(errs, err)
-			continue
+		case cg.killAll(ctx) != nil || cg.delete() != nil:
+			if err := b.removeCgroupDirs(ctx, name); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 		}
 		b.log.WarnContext(ctx, "removed orphaned cgroup", "cgroup", "/"+b.cgroupParent+"/"+name)
 		swept = append(swept, name)
@@ -99,6 +92,36 @@ func (b *Backend) SweepOrphans(ctx context.Context, keep func(id string) bool) (
 		return swept, fmt.Errorf("sweeping cgroups under %s: %w", b.cgroupParent, errors.Join(errs...))
 	}
 	return swept, nil
+}
+
+// removeCgroupDirs removes the cgroup <parent>/<name> directory by
+// directory, SIGKILLing whatever runs in each first. It is the fallback for
+// a cgroup a crash left in some hierarchies only (without its freezer it
+// cannot be loaded as a whole).
+func (b *Backend) removeCgroupDirs(ctx context.Context, name string) error {
+	var errs []error
+	for _, root := range b.hierarchyRoots() {
+		dir := filepath.Join(root, b.cgroupParent, name)
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		procs := func() ([]int, error) { return readProcs(dir) }
+		err := killUntilEmpty(ctx, dir, procs, func() error {
+			pids, _ := readProcs(dir)
+			for _, pid := range pids {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing cgroup dir: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // hierarchyRoots are the host directories under which sandbox cgroups are
