@@ -35,6 +35,10 @@ type Resources struct {
 	CPUs        float64 `json:"cpus,omitempty"`         // cores, e.g. 0.5 or 2
 	MemoryBytes int64   `json:"memory_bytes,omitempty"` // hard limit, no swap
 	PidsMax     int64   `json:"pids_max,omitempty"`     // processes+threads
+	// Disk and open-files limits: api/limits.go.
+	DiskBytes  int64 `json:"disk_bytes,omitempty"`  // writable layer size; 0: unlimited
+	DiskInodes int64 `json:"disk_inodes,omitempty"` // writable layer inodes; 0: the filesystem's default
+	OpenFiles  int64 `json:"open_files,omitempty"`  // RLIMIT_NOFILE of every process
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
@@ -84,6 +88,9 @@ type Sandbox struct {
 	Idle           *IdlePolicy `json:"idle,omitempty"`
 	LastActivityAt *time.Time  `json:"last_activity_at,omitempty"`
 	LastTransition *Transition `json:"last_transition,omitempty"`
+	// Limit reports (api/limits.go), filled in by GET /v1/sandboxes/{id}.
+	OOMKills int64      `json:"oom_kills,omitempty"`
+	Disk     *DiskUsage `json:"disk,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.
@@ -233,6 +240,9 @@ type TemplateSpec struct {
 	Base  string            `json:"base"` // "scratch+busybox", "debootstrap:bookworm", or another template's name
 	Steps []TemplateStep    `json:"steps,omitempty"`
 	Env   map[string]string `json:"env,omitempty"`
+	// Resources are the defaults of sandboxes of this template (zero
+	// fields: the daemon's); not part of the build.
+	Resources *Resources `json:"resources,omitempty"`
 }
 
 // TemplateStep is one build step; exactly one field is set.

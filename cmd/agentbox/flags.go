@@ -78,6 +78,8 @@ type specFlags struct {
 	// lifecycle (cmd/agentbox/lifecycle.go)
 	name, lifecycle                         string
 	pauseAfter, hibernateAfter, deleteAfter string
+	// limits (cmd/agentbox/limits.go)
+	limits limitFlags
 }
 
 func (f *specFlags) register(cmd *cobra.Command) {
@@ -97,6 +99,7 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.pauseAfter, "pause-after", "", "pause after this much idle time, e.g. 5m, or never")
 	fs.StringVar(&f.hibernateAfter, "hibernate-after", "", "hibernate after this much idle time, or never")
 	fs.StringVar(&f.deleteAfter, "delete-after", "", "delete after this much idle time, or never")
+	f.limits.register(cmd)
 }
 
 func (f *specFlags) spec() (agentbox.SandboxSpec, error) {
@@ -118,6 +121,9 @@ func (f *specFlags) spec() (agentbox.SandboxSpec, error) {
 	}
 	spec.Template, spec.Hostname = f.template, f.hostname
 	spec.Resources.CPUs, spec.Resources.PidsMax = f.cpus, f.pids
+	if err := f.limits.apply(&spec.Resources); err != nil {
+		return spec, err
+	}
 	spec.TimeoutSeconds = int64(math.Ceil(f.timeout.Seconds()))
 	if len(f.allow) > 0 || len(f.deny) > 0 {
 		spec.Network = &agentbox.NetworkSpec{Mode: "egress", Allow: f.allow, Deny: f.deny}

@@ -22,7 +22,7 @@ func templateCmd(g *globals) *cobra.Command {
 		Aliases: []string{"templates"},
 		Short:   "List and build templates",
 	}
-	cmd.AddCommand(templateLsCmd(g), templateBuildCmd(g), templateSaveCmd(g), templateVersionsCmd(g), templateExportCmd(g), templateImportCmd(g))
+	cmd.AddCommand(templateLsCmd(g), templateBuildCmd(g), templateSaveCmd(g), templateVersionsCmd(g), templateExportCmd(g), templateImportCmd(g), templatePoolCmd(g))
 	return cmd
 }
 

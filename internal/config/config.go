@@ -59,6 +59,10 @@ type Resources struct {
 	CPUs        float64 `json:"cpus"`
 	MemoryBytes int64   `json:"memory_bytes"`
 	PidsMax     int64   `json:"pids_max"`
+	// DiskBytes, DiskInodes and OpenFiles: see api/limits.go; 0: none.
+	DiskBytes  int64 `json:"disk_bytes,omitempty"`
+	DiskInodes int64 `json:"disk_inodes,omitempty"`
+	OpenFiles  int64 `json:"open_files,omitempty"`
 }
 
 // Config is the daemon configuration.
@@ -90,6 +94,9 @@ type Config struct {
 	DefaultTemplate string `json:"default_template"`
 	// DefaultResources apply to every zero field of a create request.
 	DefaultResources Resources `json:"default_resources"`
+	// WarmPools is the number of paused sandboxes kept ready per template
+	// (e.g. {"busybox": 2}); sizes set through the API win (limits.go).
+	WarmPools map[string]int `json:"warm_pools,omitempty"`
 
 	// SecretsKeyFile holds the master key of the secret store and of run
 	// tokens; it must be outside DataDir. Created (0600) when missing.
@@ -236,6 +243,7 @@ func (c *Config) ApplyEnv() {
 			}
 		}
 	}
+	c.applyLimitsEnv()
 }
 
 // Validate reports every problem of c at once, joined, each wrapping
@@ -299,6 +307,7 @@ func (c *Config) Validate() error {
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateLimits()...)
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log format %q must be text or json", c.LogFormat)
 	}

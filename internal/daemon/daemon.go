@@ -98,6 +98,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
+	shareSandboxDir(cfg.DataDir, log) // before any guest is spawned; see limits.go
 	// Two guests are kept prespawned so a create skips the clone, the exec
 	// of the runner, its start-up and its move into a cgroup (see
 	// native.Prespawn); two, so back-to-back creates find one fully warm.
@@ -132,6 +133,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			CPUs:        cfg.DefaultResources.CPUs,
 			MemoryBytes: cfg.DefaultResources.MemoryBytes,
 			PidsMax:     cfg.DefaultResources.PidsMax,
+			DiskBytes:   cfg.DefaultResources.DiskBytes,
+			DiskInodes:  cfg.DefaultResources.DiskInodes,
+			OpenFiles:   cfg.DefaultResources.OpenFiles,
 		},
 		Version: version.Version,
 		Logger:  log,
@@ -166,6 +170,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	collectAtStart(ctx, mgr, log)
+	if err := mgr.SetPools(ctx, cfg.WarmPools); err != nil {
+		return nil, err
+	}
 	pipe, err := setupPipeline(ctx, cfg, mgr, st, log)
 	if err != nil {
 		return nil, err
@@ -246,6 +253,7 @@ func (d *Daemon) Close() error {
 	d.shutdown()
 	d.stopBridge()
 	d.pipe.close()
+	closeLimits(d.manager, d.cfg.DataDir, d.log)
 	_ = d.manager.Close()
 	if err := d.backend.Close(); err != nil {
 		d.log.Warn("stopping prespawned guests", "err", err)

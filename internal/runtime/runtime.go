@@ -56,6 +56,9 @@ type Resources struct {
 	CPUs        float64 // cores (cfs quota / period)
 	MemoryBytes int64   // hard limit, swap disabled
 	PidsMax     int64
+	// OpenFiles is RLIMIT_NOFILE (soft and hard) of every process in the
+	// sandbox, capped at the daemon's own hard limit; 0 leaves it as is.
+	OpenFiles int64
 }
 
 // Spec is everything a backend needs to start a sandbox.

@@ -100,6 +100,7 @@ func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxReques
 	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
+	req.Network = network
 	if req.Template == "" {
 		req.Template = m.cfg.DefaultTemplate
 	}
@@ -107,15 +108,19 @@ func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxReques
 	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
-	res := req.Resources
-	if res.CPUs == 0 {
-		res.CPUs = m.cfg.DefaultResources.CPUs
+	if sb, ok := m.claim(ctx, req, tmpl); ok {
+		return sb, nil
 	}
-	if res.MemoryBytes == 0 {
-		res.MemoryBytes = m.cfg.DefaultResources.MemoryBytes
-	}
-	if res.PidsMax == 0 {
-		res.PidsMax = m.cfg.DefaultResources.PidsMax
+	return m.createFrom(ctx, req, tmpl, "")
+}
+
+// createFrom creates a sandbox of the resolved template tmpl; pool names
+// the warm pool that will hold it (pool.go), "" for a sandbox handed out
+// at once.
+func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template, pool string) (api.Sandbox, error) {
+	res, err := m.resolveResources(req.Resources, tmpl)
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
 	env := cloneMap(tmpl.Env)
 	if env == nil {
@@ -142,7 +147,7 @@ func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxReques
 		Hostname:   hostname,
 		Backend:    m.backend.Capabilities().Name,
 		CreatedAt:  now,
-		Network:    network,
+		Network:    req.Network,
 		Name:       req.Name,
 		Lifecycle:  req.Lifecycle,
 		Idle:       req.Idle,
@@ -159,6 +164,9 @@ func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxReques
 		WorkDir:    p.work,
 		SocketPath: p.socket,
 		StateDir:   p.state,
+	}
+	if pool != "" {
+		setExtra(&rec, recordExtra{Pool: pool})
 	}
 	b, err := m.start(ctx, rec, true)
 	if err != nil {
@@ -204,6 +212,12 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 			return nil, fmt.Errorf("creating sandbox %s: creating dir: %w", id, err)
 		}
 		undo = append(undo, func() { _ = os.RemoveAll(p.dir) })
+		if hasDisk(rec) {
+			if err := m.createDisk(ctx, rec); err != nil {
+				return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
+			}
+			undo = append(undo, func() { _ = m.removeDisk(id) })
+		}
 		for _, d := range []string{p.upper, p.work} {
 			if err := os.Mkdir(d, 0o755); err != nil {
 				return nil, fmt.Errorf("creating sandbox %s: creating dir: %w", id, err)
@@ -244,7 +258,7 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: saving record: %w", id, err)
 	}
-	b := &box{guest: guest, rec: rec, rt: rt}
+	b := &box{guest: guest, rec: rec, rt: rt, pool: extraOf(rec).Pool}
 	if err := m.register(b); err != nil {
 		_ = m.store.DeleteSandbox(context.WithoutCancel(ctx), id)
 		return nil, err
@@ -265,7 +279,7 @@ func (m *Manager) runtimeSpec(rec store.SandboxRecord) runtime.Spec {
 		Hostname:   rec.Sandbox.Hostname,
 		UIDMap:     m.cfg.IDs,
 		GIDMap:     m.cfg.IDs,
-		Resources:  runtime.Resources{CPUs: r.CPUs, MemoryBytes: r.MemoryBytes, PidsMax: r.PidsMax},
+		Resources:  runtime.Resources{CPUs: r.CPUs, MemoryBytes: r.MemoryBytes, PidsMax: r.PidsMax, OpenFiles: r.OpenFiles},
 	}
 }
 
@@ -365,6 +379,9 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 	} else if err := m.backend.Cleanup(ctx, m.runtimeSpec(rec)); err != nil {
 		// Hibernated (or failed): no guest runs; clear any leftovers.
 		errs = append(errs, fmt.Errorf("cleaning up: %w", err))
+	}
+	if err := m.removeDisk(id); err != nil {
+		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(m.paths(id).dir); err != nil {
 		errs = append(errs, fmt.Errorf("removing sandbox dir: %w", err))

@@ -46,6 +46,9 @@ func (m *Manager) startGuestLocked(ctx context.Context, b *box, layers []string)
 	rec := b.rec
 	b.mu.Unlock()
 	rec.Layers = layers
+	if err := m.mountDisk(rec); err != nil { // unmounted while hibernated
+		return fmt.Errorf("starting guest: %w", err)
+	}
 	if err := os.MkdirAll(m.paths(rec.Sandbox.ID).state, 0o700); err != nil {
 		return fmt.Errorf("starting guest: %w", err)
 	}

@@ -318,7 +318,7 @@ func (m *Manager) busy(b *box) func() {
 // holdStream keeps b busy until s is closed: an open exec or attach stream
 // is activity.
 func (m *Manager) holdStream(b *box, s ExecStream) ExecStream {
-	return &busyStream{ExecStream: s, done: m.busy(b)}
+	return &busyStream{ExecStream: m.watchOOM(b, s), done: m.busy(b)}
 }
 
 type busyStream struct {
@@ -502,6 +502,9 @@ func (m *Manager) hibernateLocked(ctx context.Context, b *box, cause, detail str
 	b.mu.Lock()
 	b.rec.RuntimeState = nil
 	b.mu.Unlock()
+	if err := m.unmountDisk(id); err != nil { // nothing of it stays resident
+		m.log.WarnContext(ctx, "hibernating sandbox", "sandbox", id, "err", err)
+	}
 	return m.transition(ctx, b, api.StateHibernated, cause, detail)
 }
 

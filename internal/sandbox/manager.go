@@ -69,6 +69,8 @@ type Manager struct {
 	sec       secretState
 	tun       tunnelRegistry
 	lc        lifecycleState
+	pools     poolState  // warm pools; see pool.go
+	lim       limitState // OOM reporting; see limits.go
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -91,6 +93,9 @@ type box struct {
 	deleted bool
 	expiry  Timer
 	lc      boxLifecycle // idle accounting; see lifecycle.go
+	// pool is the template whose warm pool holds the sandbox until it is
+	// claimed (pool.go); "" for every handed-out sandbox.
+	pool string
 }
 
 // New returns a Manager. Call Recover once before serving requests.
@@ -157,7 +162,9 @@ func (m *Manager) ListSandboxes(ctx context.Context, labels map[string]string) (
 	m.mu.Lock()
 	boxes := make([]*box, 0, len(m.sandboxes))
 	for _, b := range m.sandboxes {
-		boxes = append(boxes, b)
+		if !b.pooled() {
+			boxes = append(boxes, b)
+		}
 	}
 	m.mu.Unlock()
 	out := make([]api.Sandbox, 0, len(boxes))
@@ -191,14 +198,18 @@ func (m *Manager) GetSandbox(ctx context.Context, id string) (api.Sandbox, error
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return b.view(), nil
+	sb := b.view()
+	m.reportLimits(ctx, b, &sb)
+	return sb, nil
 }
 
+// get returns sandbox id; a pooled sandbox (not handed out yet) is
+// ErrNotFound like an unknown id.
 func (m *Manager) get(id string) (*box, error) {
 	m.mu.Lock()
 	b, ok := m.sandboxes[id]
 	m.mu.Unlock()
-	if !ok {
+	if !ok || b.pooled() {
 		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	return b, nil

@@ -44,6 +44,9 @@ type recordExtra struct {
 	// ForkBase is the id of the checkpoint the sandbox was forked from:
 	// the common ancestor of a merge with its parent or a sibling.
 	ForkBase string `json:"fork_base,omitempty"`
+	// Pool is the template whose warm pool holds the sandbox, until it is
+	// claimed (pool.go).
+	Pool string `json:"pool,omitempty"`
 }
 
 func extraOf(rec store.SandboxRecord) recordExtra {

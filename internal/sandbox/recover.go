@@ -63,7 +63,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		reaped++
 	}
+	m.removeOrphanDisks(ctx, known)
 	m.recoverCheckpoints(ctx)
+	m.recoverPools(ctx)
 	m.sweepOrphans(ctx)
 	m.log.InfoContext(ctx, "sandboxes recovered", "adopted", adopted, "reaped", reaped)
 	return nil
@@ -114,6 +116,9 @@ func (m *Manager) reap(ctx context.Context, rec store.SandboxRecord) error {
 	if err := m.backend.Cleanup(ctx, m.runtimeSpec(rec)); err != nil {
 		// Keep the directory: it is how the next start finds what is
 		// left of this sandbox and tries again.
+		return err
+	}
+	if err := m.removeDisk(rec.Sandbox.ID); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(m.paths(rec.Sandbox.ID).dir); err != nil {

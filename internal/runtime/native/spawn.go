@@ -295,6 +295,7 @@ func (g *guestProc) sendConfig(spec runtime.Spec) error {
 		RunnerDir: spec.RunnerDir,
 		Rootfs:    filepath.Join(spec.StateDir, rootfsName),
 		Hostname:  spec.Hostname,
+		OpenFiles: uint64(max(spec.Resources.OpenFiles, 0)),
 	}
 	return json.NewEncoder(g.cfgW).Encode(cfg)
 }

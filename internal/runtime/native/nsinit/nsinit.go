@@ -49,6 +49,9 @@ type Config struct {
 	RunnerDir string   `json:"runner_dir"` // bound read-only at /.agentbox
 	Rootfs    string   `json:"rootfs"`     // empty directory the overlay is mounted on
 	Hostname  string   `json:"hostname"`
+	// OpenFiles is RLIMIT_NOFILE of the guest and so of every process it
+	// starts (0: inherited).
+	OpenFiles uint64 `json:"open_files,omitempty"`
 }
 
 // SyncMessage is the failure report written on SyncFD.
@@ -133,6 +136,9 @@ func setup() (net.Listener, error) {
 		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 			return nil, &SyscallError{Op: "sethostname", Target: cfg.Hostname, Err: err}
 		}
+	}
+	if err := limitOpenFiles(cfg.OpenFiles); err != nil {
+		return nil, err
 	}
 	if err := loopbackUp(); err != nil {
 		return nil, err

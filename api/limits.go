@@ -1,0 +1,59 @@
+package api
+
+// Resource limits beyond cpu, memory and pids (fields of Resources):
+//
+//   - disk_bytes, disk_inodes: the writable layer is a filesystem of its
+//     own of that size (and inode count); writes beyond it fail with
+//     ENOSPC inside the sandbox, while the host and other sandboxes keep
+//     their space. 0: unlimited (the host's disk).
+//   - open_files: RLIMIT_NOFILE (soft and hard) of every process in the
+//     sandbox. It can only be lowered below the daemon's own hard limit.
+//
+// A sandbox that asks for none gets its template's defaults
+// (TemplateSpec.Resources), then the daemon's.
+//
+// Memory limits kill the largest process when exceeded (no swap): each OOM
+// kill is counted in Sandbox.OOMKills and reported once as a sandbox event
+// of type SandboxEventOOM (GET /v1/sandboxes/{id}/events).
+
+// SandboxEventOOM is the type of the event the daemon records when the
+// sandbox's OOM-kill counter grew; Value is the new count.
+const SandboxEventOOM = "oom"
+
+// DiskUsage is the state of a sandbox's quota filesystem (GET
+// /v1/sandboxes/{id}, only while it is mounted).
+type DiskUsage struct {
+	UsedBytes   int64 `json:"used_bytes"`
+	TotalBytes  int64 `json:"total_bytes"`
+	UsedInodes  int64 `json:"used_inodes"`
+	TotalInodes int64 `json:"total_inodes"`
+}
+
+// Warm pools: a template's pool keeps Size sandboxes created and paused; a
+// create of that template with default resources claims one (its id and
+// hostname were allocated when it was pooled; the claim writes a fresh
+// /etc/machine-id and random seed) and the pool refills in the background.
+// Pooled sandboxes are not listed until claimed.
+
+// PoolRequest is the body of PUT /v1/templates/{name}/pool.
+type PoolRequest struct {
+	Size int `json:"size"` // 0 removes the pool
+}
+
+// Pool is the state of one template's warm pool.
+type Pool struct {
+	Template string `json:"template"`
+	Size     int    `json:"size"`    // target
+	Ready    int    `json:"ready"`   // paused, claimable now
+	Filling  int    `json:"filling"` // being created
+	Claims   int64  `json:"claims"`  // creates served from the pool since start
+}
+
+// PoolList is the body of GET /v1/pools.
+type PoolList struct {
+	Pools []Pool `json:"pools"`
+}
+
+// CausePool is the cause of a pooled sandbox's transitions before it is
+// claimed (a claimed sandbox's log starts over with its create).
+const CausePool = "pool"

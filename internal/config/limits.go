@@ -1,0 +1,66 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// EnvWarmPools sets Config.WarmPools: "busybox=2,debian=1".
+const EnvWarmPools = "AGENTBOX_WARM_POOLS"
+
+// maxWarmPool bounds one template's configured pool.
+const maxWarmPool = 64
+
+var poolTemplateRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`)
+
+// applyLimitsEnv reads EnvWarmPools; a malformed entry becomes a negative
+// size that Validate refuses.
+func (c *Config) applyLimitsEnv() {
+	v, ok := os.LookupEnv(EnvWarmPools)
+	if !ok {
+		return
+	}
+	c.WarmPools = map[string]int{}
+	for _, kv := range strings.Split(v, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		name, size, _ := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(size)
+		if err != nil {
+			n = -1
+		}
+		c.WarmPools[strings.TrimSpace(name)] = n
+	}
+}
+
+func (c *Config) validateLimits() []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...))
+	}
+	for name, n := range c.WarmPools {
+		if !poolTemplateRE.MatchString(name) {
+			bad("warm pool template %q is not a valid name", name)
+		}
+		if n < 0 || n > maxWarmPool {
+			bad("warm pool %q size %d must be between 0 and %d", name, n, maxWarmPool)
+		}
+	}
+	r := c.DefaultResources
+	if r.DiskBytes < 0 || r.DiskInodes < 0 || r.OpenFiles < 0 {
+		bad("default disk_bytes, disk_inodes and open_files must not be negative")
+	}
+	if r.DiskBytes != 0 && r.DiskBytes < 16<<20 {
+		bad("default disk_bytes %d must be at least 16 MiB", r.DiskBytes)
+	}
+	if r.OpenFiles != 0 && r.OpenFiles < 64 {
+		bad("default open_files %d must be at least 64", r.OpenFiles)
+	}
+	return errs
+}

@@ -1,0 +1,50 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// PoolService is implemented by a Service that keeps warm pools of paused
+// sandboxes per template (api/limits.go); its routes exist only then. The
+// contract of Service applies.
+type PoolService interface {
+	// SetPool sets template name's pool size (0 removes the pool) and
+	// returns its state; the pool fills in the background.
+	SetPool(ctx context.Context, name string, size int) (api.Pool, error)
+	// Pools lists the pools by template name.
+	Pools(ctx context.Context) ([]api.Pool, error)
+}
+
+// poolRoutes are the routes of PoolService, when svc has it.
+func (h *handler) poolRoutes() []route {
+	ps, ok := h.svc.(PoolService)
+	if !ok {
+		return nil
+	}
+	return []route{
+		{"PUT", "/v1/templates/{name}/pool", func(w http.ResponseWriter, r *http.Request) {
+			var req api.PoolRequest
+			if err := h.decodeJSON(w, r, &req, false); err != nil {
+				writeError(w, r, err)
+				return
+			}
+			p, err := ps.SetPool(r.Context(), r.PathValue("name"), req.Size)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, p)
+		}},
+		{"GET", "/v1/pools", func(w http.ResponseWriter, r *http.Request) {
+			pools, err := ps.Pools(r.Context())
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, api.PoolList{Pools: pools})
+		}},
+	}
+}

@@ -1,0 +1,185 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/diskquota"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/templates"
+)
+
+// Resource limits (api/limits.go): cpu, memory (no swap), pids and open
+// files are enforced by the backend (cgroups, RLIMIT_NOFILE set by the
+// guest for every process); the writable layer's size and inodes by a quota
+// filesystem (disk.go). A request's zero fields take the template's
+// defaults (TemplateSpec.Resources), then the daemon's.
+
+// Bounds of the limits a request may ask for.
+const (
+	maxDiskBytes = 16 << 40
+	minOpenFiles = 64 // the guest itself needs some
+	maxOpenFiles = 1 << 20
+)
+
+func validateLimits(r api.Resources) error {
+	switch {
+	case r.DiskBytes < 0 || r.DiskInodes < 0 || r.OpenFiles < 0:
+		return fmt.Errorf("disk_bytes, disk_inodes and open_files must be non-negative: %w", errdefs.ErrInvalidArgument)
+	case r.DiskBytes != 0 && (r.DiskBytes < diskquota.MinBytes || r.DiskBytes > maxDiskBytes):
+		return fmt.Errorf("disk_bytes must be between %d and %d: %w", diskquota.MinBytes, int64(maxDiskBytes), errdefs.ErrInvalidArgument)
+	case r.DiskInodes != 0 && r.DiskInodes < 1024:
+		return fmt.Errorf("disk_inodes must be at least 1024: %w", errdefs.ErrInvalidArgument)
+	case r.OpenFiles != 0 && (r.OpenFiles < minOpenFiles || r.OpenFiles > maxOpenFiles):
+		return fmt.Errorf("open_files must be between %d and %d: %w", minOpenFiles, maxOpenFiles, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// resolveResources fills req's zero fields from tmpl's defaults, then the
+// daemon's, and validates the result.
+func (m *Manager) resolveResources(req api.Resources, tmpl templates.Template) (api.Resources, error) {
+	res := req
+	layers := []api.Resources{m.cfg.DefaultResources}
+	if tmpl.Spec.Resources != nil {
+		layers = append([]api.Resources{*tmpl.Spec.Resources}, layers...)
+	}
+	for _, d := range layers {
+		fill(&res.CPUs, d.CPUs)
+		fill(&res.MemoryBytes, d.MemoryBytes)
+		fill(&res.PidsMax, d.PidsMax)
+		fill(&res.DiskBytes, d.DiskBytes)
+		fill(&res.DiskInodes, d.DiskInodes)
+		fill(&res.OpenFiles, d.OpenFiles)
+	}
+	if err := validateLimits(res); err != nil {
+		return api.Resources{}, err
+	}
+	if res.DiskInodes != 0 && res.DiskBytes == 0 {
+		return api.Resources{}, fmt.Errorf("disk_inodes needs disk_bytes: %w", errdefs.ErrInvalidArgument)
+	}
+	if res.DiskBytes != 0 {
+		if err := diskquota.Available(); err != nil {
+			return api.Resources{}, err
+		}
+	}
+	return res, nil
+}
+
+func fill[T int64 | float64](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// limitState tracks what was last reported per sandbox.
+type limitState struct {
+	// mu guards oom.
+	mu  sync.Mutex
+	oom map[string]int64 // OOM kills last seen, by sandbox id
+}
+
+// reportLimits fills sb's limit reports (OOM kills, disk usage) from the
+// live counters, and records an event when the OOM count grew. It never
+// wakes the sandbox; an asleep one reports what it can.
+func (m *Manager) reportLimits(ctx context.Context, b *box, sb *api.Sandbox) {
+	if u, ok := m.diskUsage(sb.ID); ok {
+		sb.Disk = &api.DiskUsage{UsedBytes: u.Bytes, TotalBytes: u.BytesTotal, UsedInodes: u.Inodes, TotalInodes: u.InodesTotal}
+	}
+	b.mu.Lock()
+	rt := b.rt
+	b.mu.Unlock()
+	sr, ok := rt.(runtime.StatsReader)
+	if !ok {
+		sb.OOMKills = m.lastOOM(sb.ID)
+		return
+	}
+	st, err := sr.Stats(ctx)
+	if err != nil {
+		sb.OOMKills = m.lastOOM(sb.ID)
+		return
+	}
+	sb.OOMKills = st.OOMKills
+	m.noteOOM(ctx, sb.ID, st.OOMKills)
+}
+
+func (m *Manager) lastOOM(id string) int64 {
+	m.lim.mu.Lock()
+	defer m.lim.mu.Unlock()
+	return m.lim.oom[id]
+}
+
+// noteOOM records an OOM event when sandbox id's count grew past what was
+// last seen. The cgroup counter starts at zero with every guest (a wake
+// or restore makes a new cgroup), so a smaller count resets the baseline.
+func (m *Manager) noteOOM(ctx context.Context, id string, n int64) {
+	m.lim.mu.Lock()
+	if m.lim.oom == nil {
+		m.lim.oom = map[string]int64{}
+	}
+	prev := m.lim.oom[id]
+	m.lim.oom[id] = n
+	m.lim.mu.Unlock()
+	if n <= prev {
+		return
+	}
+	ev := api.SandboxEvent{
+		Time:      time.Now().UTC(),
+		SandboxID: id,
+		Type:      api.SandboxEventOOM,
+		Name:      "oom_kills",
+		Value:     float64(n),
+		Message:   fmt.Sprintf("memory limit reached: %d process(es) killed", n-prev),
+	}
+	m.sec.mu.Lock()
+	if m.sec.events == nil {
+		m.sec.events = map[string][]api.SandboxEvent{}
+	}
+	buf := append(m.sec.events[id], ev)
+	if len(buf) > maxSandboxEvents {
+		buf = buf[len(buf)-maxSandboxEvents:]
+	}
+	m.sec.events[id] = buf
+	m.sec.mu.Unlock()
+	m.log.WarnContext(ctx, "sandbox OOM kill", "sandbox", id, "oom_kills", n)
+}
+
+// checkOOM samples sandbox b's OOM counter after a process exited killed:
+// an OOM kill is reported as an event even when nobody inspects the
+// sandbox.
+func (m *Manager) checkOOM(b *box) {
+	b.mu.Lock()
+	rt, id := b.rt, b.rec.Sandbox.ID
+	b.mu.Unlock()
+	if sr, ok := rt.(runtime.StatsReader); ok {
+		if st, err := sr.Stats(context.Background()); err == nil {
+			m.noteOOM(context.Background(), id, st.OOMKills)
+		}
+	}
+}
+
+// watchOOM wraps an exec or attach stream: a process that exits killed by
+// SIGKILL (what the OOM killer sends) makes the Manager sample the OOM
+// counter.
+func (m *Manager) watchOOM(b *box, s ExecStream) ExecStream {
+	return &oomStream{ExecStream: s, m: m, b: b}
+}
+
+type oomStream struct {
+	ExecStream
+	m *Manager
+	b *box
+}
+
+// Next implements ExecStream.
+func (s *oomStream) Next() (api.ExecEvent, error) {
+	ev, err := s.ExecStream.Next()
+	if err == nil && ev.Type == api.EventExit && ev.Signal == "KILL" {
+		s.m.checkOOM(s.b)
+	}
+	return ev, err
+}
