@@ -40,6 +40,8 @@ func mainErr() error {
 		peers    = flag.Bool("peers", true, "measure the peers (runc, crun, unshare, nsenter, floor)")
 		agentbox = flag.Bool("agentbox", true, "measure agentbox")
 		egressB  = flag.Bool("egress", true, "measure the egress proxy (needs -agentbox's binary)")
+		scale    = flag.Bool("scale", false, "measure density (-scale-n paused sandboxes, minutes), wake, creates/s at concurrency 16 and noisy neighbours (needs -agentbox's binary)")
+		scaleN   = flag.Int("scale-n", 1000, "paused sandboxes for the density measurement")
 	)
 	flag.Parse()
 	if *n < 1 || *warmup < 0 {
@@ -65,7 +67,10 @@ func mainErr() error {
 	defer os.RemoveAll(tmp)
 	b := &bench{n: *n, warmup: *warmup, bundle: filepath.Join(tmp, "true-bundle"), prefix: fmt.Sprintf("abbench-%d", os.Getpid())}
 
-	var results []result
+	var (
+		results []result
+		extra   []ratioLine
+	)
 	if *peers {
 		results = append(results, measurePeers(ctx, b, tmp)...)
 	}
@@ -81,12 +86,16 @@ func mainErr() error {
 		if *egressB {
 			results = append(results, measureEgress(ctx, b, root, abin, *template, *buildTO)...)
 		}
+		if *scale {
+			r, l := measureScale(ctx, b, abin, *template, *buildTO, *scaleN)
+			results, extra = append(results, r...), append(extra, l...)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted: %w", err)
 	}
 
-	lines := append(evalRatios(results), egressTargets(results)...)
+	lines := append(append(evalRatios(results), egressTargets(results)...), extra...)
 	printText(os.Stdout, results, lines)
 	if *write {
 		path := filepath.Join(root, *doc)
