@@ -114,7 +114,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates", h.listTemplates},
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
-	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.poolRoutes())...)
+	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.poolRoutes(), h.adminRoutes())...)
 }
 
 // reqState is per-request data shared by the middleware and handlers.
