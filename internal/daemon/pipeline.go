@@ -52,6 +52,7 @@ func setupPipeline(ctx context.Context, cfg *config.Config, mgr *sandbox.Manager
 	if err != nil {
 		return nil, err
 	}
+	p.ReapOrphans(ctx)
 	sched := pipeline.NewScheduler(p)
 	if err := sched.Start(ctx); err != nil {
 		return nil, fmt.Errorf("starting schedules: %w", err)

@@ -155,6 +155,16 @@ func (f *fakeSandboxes) GetSandbox(ctx context.Context, id string) (api.Sandbox,
 	return sb, nil
 }
 
+func (f *fakeSandboxes) ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Sandbox
+	for _, b := range f.boxes {
+		out = append(out, b)
+	}
+	return out, nil
+}
+
 func (f *fakeSandboxes) DeleteSandbox(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -36,6 +36,12 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
+// Labels of the sandboxes created for one run (and deleted after it).
+const (
+	LabelRun     = "agentbox.run"
+	LabelTrigger = "agentbox.trigger"
+)
+
 // DefaultTenant owns every run until tenancy exists.
 const DefaultTenant = sandbox.DefaultTenant
 
@@ -54,6 +60,7 @@ const (
 type Sandboxes interface {
 	CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error)
 	GetSandbox(ctx context.Context, id string) (api.Sandbox, error)
+	ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, req api.ExecRequest) (sandbox.ExecStream, error)
 	StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error)
@@ -255,8 +262,8 @@ func (p *Pipeline) resolve(ctx context.Context, r Run, rec *api.Run) (id string,
 		if req.Labels == nil {
 			req.Labels = map[string]string{}
 		}
-		req.Labels["agentbox.run"] = rec.ID
-		req.Labels["agentbox.trigger"] = rec.Trigger
+		req.Labels[LabelRun] = rec.ID
+		req.Labels[LabelTrigger] = rec.Trigger
 	}
 	sb, err := p.sbx.CreateSandbox(ctx, req)
 	if err != nil {
@@ -265,6 +272,34 @@ func (p *Pipeline) resolve(ctx context.Context, r Run, rec *api.Run) (id string,
 	}
 	rec.Sandbox, rec.Template = sb.ID, sb.Template
 	return sb.ID, req.Name == "", nil
+}
+
+// ReapOrphans deletes the sandboxes created for single runs (LabelRun)
+// that no run of this pipeline owns: a daemon that stopped during such a
+// run left its sandbox behind. Call it at start-up, before any trigger.
+func (p *Pipeline) ReapOrphans(ctx context.Context) {
+	sbs, err := p.sbx.ListSandboxes(ctx, nil)
+	if err != nil {
+		p.log.WarnContext(ctx, "listing sandboxes for orphaned run sandboxes", "err", err)
+		return
+	}
+	for _, sb := range sbs {
+		run, ok := sb.Labels[LabelRun]
+		if !ok {
+			continue
+		}
+		p.mu.Lock()
+		_, live := p.pending[run]
+		p.mu.Unlock()
+		if live {
+			continue
+		}
+		if err := p.sbx.DeleteSandbox(ctx, sb.ID); err != nil && !errdefs.IsNotFound(err) {
+			p.log.WarnContext(ctx, "deleting an orphaned run sandbox", "sandbox", sb.ID, "run", run, "err", err)
+			continue
+		}
+		p.log.InfoContext(ctx, "deleted the sandbox of a run the daemon did not see end", "sandbox", sb.ID, "run", run)
+	}
 }
 
 // stats samples the sandbox's counters; ok is false when there is none.

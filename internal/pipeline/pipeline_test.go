@@ -233,3 +233,31 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// Sandboxes made for single runs that no live run owns (the daemon
+// stopped during the run) are deleted at start-up; others are left alone.
+func TestReapOrphans(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	orphan, _ := e.sbx.CreateSandbox(ctx, api.CreateSandboxRequest{Labels: map[string]string{LabelRun: "run_gone"}})
+	user, _ := e.sbx.CreateSandbox(ctx, api.CreateSandboxRequest{Labels: map[string]string{"team": "x"}})
+	named, _ := e.sbx.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "nightly"})
+	e.sbx.hold = make(chan struct{})
+	exe, err := e.p.startAction(ctx, api.TriggerSchedule, "schedule:s", "", api.RunAction{Command: "x"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.p.ReapOrphans(ctx)
+	if len(e.sbx.deleted) != 1 || e.sbx.deleted[0] != orphan.ID {
+		t.Fatalf("deleted %v, want only %s", e.sbx.deleted, orphan.ID)
+	}
+	for _, id := range []string{user.ID, named.ID, exe.Sandbox} {
+		if _, err := e.sbx.GetSandbox(ctx, id); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	close(e.sbx.hold)
+	if _, err := e.p.Wait(ctx, exe); err != nil {
+		t.Fatal(err)
+	}
+}
