@@ -83,8 +83,8 @@ func measureScale(ctx context.Context, b *bench, bin, template string, buildTime
 		idleP99, noisyP99 = p99(idle), p99(noisy)
 	}
 	res = append(res,
-		measured(keyScaleExecIdle, groupScale, "exec /bin/true, neighbours idle", fmt.Sprintf("%d idle neighbours; p99 %s ms", noisyNeighbours, ms(idleP99)), idle, err),
-		measured(keyScaleExecNoisy, groupScale, "exec /bin/true, 10 neighbours burning CPU", fmt.Sprintf("%d sandboxes each in a busy loop (1 CPU each) on %d cores; p99 %s ms", noisyNeighbours, numCPU(), ms(noisyP99)), noisy, err))
+		measured(keyScaleExecIdle, groupScale, "exec /bin/true, neighbours idle", fmt.Sprintf("%d idle neighbours; p99 %s", noisyNeighbours, ms(idleP99)), idle, err),
+		measured(keyScaleExecNoisy, groupScale, "exec /bin/true, 10 neighbours burning CPU", fmt.Sprintf("%d sandboxes each in a busy loop (1 CPU each) on %d cores; p99 %s", noisyNeighbours, numCPU(), ms(noisyP99)), noisy, err))
 
 	// Density and throughput.
 	time.Sleep(time.Second) // let the zygote pool refill
