@@ -217,8 +217,10 @@ func Share(dir string) error {
 	return nil
 }
 
-// Unshare undoes Share's bind mount of dir. Call it only when no quota
-// filesystem is mounted below dir.
+// Unshare undoes Share's bind mount of dir, lazily: files of the daemon's
+// still open below dir (prespawned guests' logs) keep the detached bind
+// alive until closed. Call it only when no quota filesystem is mounted
+// below dir.
 func Unshare(dir string) error {
 	ok, err := IsMountPoint(dir)
 	if err != nil || !ok {
@@ -227,7 +229,7 @@ func Unshare(dir string) error {
 		}
 		return err
 	}
-	if err := unix.Unmount(dir, 0); err != nil {
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 		return &Error{Op: "umount2", Path: dir, Err: err}
 	}
 	return nil

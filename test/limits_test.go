@@ -1,0 +1,270 @@
+package test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/api"
+	agentbox "github.com/agentbox/agentbox/sdk/go"
+)
+
+// freeBytes is the free space of the filesystem holding path, for
+// unprivileged users (what a sandbox's writes would consume).
+func freeBytes(t *testing.T, path string) int64 {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Bavail) * st.Bsize
+}
+
+// loopsOf lists the loop devices backed by files under dir.
+func loopsOf(t *testing.T, dir string) []string {
+	t.Helper()
+	out, err := exec.Command("losetup", "-a").CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup -a: %v: %s", err, out)
+	}
+	var hits []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, dir) {
+			hits = append(hits, l)
+		}
+	}
+	return hits
+}
+
+// mountsUnder lists the host mounts at or below dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir) {
+			hits = append(hits, f[4])
+		}
+	}
+	return hits
+}
+
+// eventually polls cond for up to 5 s (a loop device clears itself
+// asynchronously once its filesystem's last mount is gone).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not true after 5s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A sandbox filling its disk quota gets ENOSPC inside; the host loses no
+// more than the quota; a neighbour keeps writing; the quota filesystem and
+// its loop device are gone after hibernate (remounted on wake, files kept)
+// and after delete.
+func TestLimitsDiskQuota(t *testing.T) {
+	d := newDaemon(t)
+	const quota = 64 << 20
+	full := d.create(t, agentbox.SandboxSpec{Resources: api.Resources{DiskBytes: quota, DiskInodes: 2048}})
+	neighbour := d.create(t, agentbox.SandboxSpec{Resources: api.Resources{DiskBytes: quota}})
+	if len(mountsUnder(t, d.dataDir)) < 2 {
+		t.Fatalf("no quota mounts under %s: %v", d.dataDir, mountsUnder(t, d.dataDir))
+	}
+
+	before := freeBytes(t, d.dataDir)
+	res := run(t, full, "dd if=/dev/zero of=/root/fill bs=1M count=256 2>&1; echo rc=$?; sync")
+	out := string(res.Stdout)
+	if !strings.Contains(out, "No space left on device") || !strings.Contains(out, "rc=1") {
+		t.Fatalf("filling the disk: %s", out)
+	}
+	size, _ := strconv.ParseInt(strings.TrimSpace(mustRun(t, full, "wc -c < /root/fill")), 10, 64)
+	if size < quota/2 || size > quota {
+		t.Fatalf("wrote %d bytes before ENOSPC, want about %d", size, quota)
+	}
+	after := freeBytes(t, d.dataDir)
+	// Other processes on the host write too: allow 32 MiB of noise.
+	if used := before - after; used > quota+32<<20 {
+		t.Fatalf("host lost %d bytes, quota is %d", used, quota)
+	}
+	// Inodes are capped too.
+	res = run(t, full, "rm /root/fill; mkdir /root/many && cd /root/many && i=0; while [ $i -lt 3000 ]; do touch f$i 2>/dev/null || break; i=$((i+1)); done; echo $i")
+	if n, _ := strconv.Atoi(strings.TrimSpace(string(res.Stdout))); n <= 0 || n >= 2048 {
+		t.Fatalf("created %d files with a 2048-inode quota", n)
+	}
+	// The full sandbox and its neighbour still write.
+	mustRun(t, neighbour, "dd if=/dev/zero of=/root/ok bs=1M count=16 2>/dev/null && echo written > /root/ok2")
+	mustRun(t, full, "rm -rf /root/many && echo again > /root/again")
+
+	info, err := d.client.Get(context.Background(), full.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if du := info.Info().Disk; du == nil || du.TotalBytes > quota || du.TotalBytes < quota/2 || du.TotalInodes > 2048 {
+		t.Fatalf("inspect disk = %+v", du)
+	}
+
+	// Hibernate unmounts it (nothing resident); a call wakes it with its
+	// files.
+	ctx := context.Background()
+	if err := full.Hibernate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(d.dataDir, "sandboxes", full.ID())
+	eventually(t, "quota fs unmounted on hibernate", func() bool {
+		for _, m := range mountsUnder(t, dir) {
+			if m == dir {
+				return false
+			}
+		}
+		return true
+	})
+	if got := mustRun(t, full, "cat /root/again"); got != "again\n" {
+		t.Fatalf("after wake: %q", got)
+	}
+
+	// Delete: no mount, loop device or image is left.
+	for _, sb := range []*agentbox.Sandbox{full, neighbour} {
+		if err := sb.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "no quota mounts after delete", func() bool {
+		return len(mountsUnder(t, filepath.Join(d.dataDir, "sandboxes")+"/")) == 0
+	})
+	eventually(t, "no loop devices after delete", func() bool { return len(loopsOf(t, d.dataDir)) == 0 })
+	if imgs, _ := filepath.Glob(filepath.Join(d.dataDir, "disks", "*")); len(imgs) != 0 {
+		t.Fatalf("images left: %v", imgs)
+	}
+}
+
+// A daemon killed with quota sandboxes running re-adopts them (their
+// filesystems stay mounted); a clean shutdown after deleting them leaves
+// no mount under the data dir at all.
+func TestLimitsDiskQuotaRestart(t *testing.T) {
+	d := newDaemon(t)
+	sb := d.create(t, agentbox.SandboxSpec{Resources: api.Resources{DiskBytes: 32 << 20}})
+	mustRun(t, sb, "echo kept > /root/f")
+	d.restart(syscall.SIGKILL)
+	if got := mustRun(t, sb, "cat /root/f; df -k / | tail -1 | awk '{print $2}'"); !strings.HasPrefix(got, "kept\n") {
+		t.Fatalf("after restart: %q", got)
+	}
+	res := run(t, sb, "dd if=/dev/zero of=/root/big bs=1M count=64 2>&1")
+	if !strings.Contains(string(res.Stdout), "No space left") {
+		t.Fatalf("quota lost across restart: %s", res.Stdout)
+	}
+	if err := sb.Delete(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d.stop(syscall.SIGTERM)
+	if m := mountsUnder(t, d.dataDir); len(m) != 0 {
+		t.Fatalf("mounts left after shutdown: %v", m)
+	}
+	eventually(t, "no loop devices", func() bool { return len(loopsOf(t, d.dataDir)) == 0 })
+	d.start()
+}
+
+// Memory: a process over the limit is OOM-killed, the sandbox survives,
+// inspect counts the kill and an oom event is recorded. Pids: a fork bomb
+// is contained and the sandbox still answers. Open files: every process
+// has the limit, and cannot open more.
+func TestLimitsMemoryPidsOpenFiles(t *testing.T) {
+	d := newDaemon(t)
+	sb := d.create(t, agentbox.SandboxSpec{Resources: api.Resources{MemoryBytes: 64 << 20, PidsMax: 64, OpenFiles: 100}})
+	ctx := context.Background()
+
+	res := run(t, sb, "head -c 300000000 /dev/zero | tail > /dev/null")
+	if res.ExitCode == 0 {
+		t.Fatalf("allocating 300 MB under a 64 MiB limit succeeded")
+	}
+	res = run(t, sb, "exec tail -c 300000000 /dev/zero") // the exec'd process itself is killed
+	if res.Signal != "KILL" {
+		t.Fatalf("exit %d signal %q, want KILL", res.ExitCode, res.Signal)
+	}
+	if err := sb.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := sb.Info().OOMKills; n < 2 {
+		t.Fatalf("oom_kills = %d, want >= 2", n)
+	}
+	evs, err := sb.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ooms int
+	for _, ev := range evs {
+		if ev.Type == "oom" {
+			ooms++
+		}
+	}
+	if ooms == 0 {
+		t.Fatalf("no oom event among %+v", evs)
+	}
+
+	// A fork loop: processes are refused at the limit (read on the host
+	// while they live), and once they are gone the sandbox answers again.
+	// (busybox sh gives up at its first failed fork: exit 2.)
+	res = run(t, sb, "i=0; while [ $i -lt 200 ]; do sleep 3 & i=$((i+1)); done 2>/dev/null; echo spawned")
+	if res.ExitCode == 0 {
+		t.Fatalf("200 processes under pids_max 64: %q", res.Stdout)
+	}
+	var current []byte
+	for _, p := range []string{"/sys/fs/cgroup/pids/agentbox/" + sb.ID() + "/pids.current", "/sys/fs/cgroup/agentbox/" + sb.ID() + "/pids.current"} {
+		if b, err := os.ReadFile(p); err == nil {
+			current = b
+			break
+		}
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(string(current))); err != nil || n < 32 || n > 64 {
+		t.Fatalf("pids.current %q with pids_max 64 after a 200-process loop", current)
+	}
+	eventually(t, "sandbox answers after the fork loop", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r, err := sb.Run(ctx, "true")
+		return err == nil && r.ExitCode == 0
+	})
+
+	if got := strings.Fields(mustRun(t, sb, "ulimit -n; ulimit -Hn")); len(got) != 2 || got[0] != "100" || got[1] != "100" {
+		t.Fatalf("ulimit = %v, want 100 100", got)
+	}
+	// Every descendant has it, as the kernel reports.
+	lim := mustRun(t, sb, "sh -c 'sh -c \"grep \\\"open files\\\" /proc/self/limits\"'")
+	if f := strings.Fields(lim); len(f) < 5 || f[3] != "100" || f[4] != "100" {
+		t.Fatalf("/proc/self/limits: %q", lim)
+	}
+	// Raising it back is refused.
+	if res := run(t, sb, "ulimit -n 1000"); res.ExitCode == 0 {
+		t.Fatalf("raising the open-files limit succeeded")
+	}
+}
+
+// Invalid limits are refused before anything is made.
+func TestLimitsValidation(t *testing.T) {
+	d := newDaemon(t)
+	ctx := context.Background()
+	for _, r := range []api.Resources{
+		{DiskBytes: 1 << 20},
+		{DiskInodes: 4096},
+		{OpenFiles: 10},
+		{DiskBytes: -1},
+	} {
+		if _, err := d.client.Create(ctx, agentbox.SandboxSpec{Template: "busybox", Resources: r}); err == nil || !agentbox.IsInvalidArgument(err) {
+			t.Errorf("create with %+v: %v, want invalid argument", r, err)
+		}
+	}
+}
