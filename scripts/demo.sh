@@ -167,11 +167,16 @@ show "$AB" rm -f "$SANDBOX"
 SANDBOX=
 show "$AB" ls
 
+step "The undo button: checkpoint, wreck the sandbox, restore"
+AB="$AB" scripts/undo-demo.sh
+
 step "Summary"
 cat <<SUMMARY
 - built bin/agentbox, started a private daemon (pid $SERVE_PID, log $LOG)
 - built (or reused) the debian template and created a sandbox from it
 - ran python3 inside (6*7 = 42), copied a file in and out unchanged
+- checkpointed a sandbox, deleted files of the app and of the template
+  (python3, git), restored it: every file byte-identical again
 - the host's $CANARY and the daemon's data were not visible inside;
   inside, root is mapped to an unprivileged host uid and only the
   sandbox's own processes are visible
