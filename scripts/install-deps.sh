@@ -26,6 +26,7 @@ PACKAGES=(
 	git
 	make
 	gcc libc6-dev     # cgo, which `go test -race` needs
+	xfsprogs btrfs-progs e2fsprogs # loop-mounted xfs/btrfs for the reflink storage driver tests; disk quotas
 )
 # --- Debian packages -------------------------------------------------------
 missing=()
