@@ -40,6 +40,7 @@ func mainErr() error {
 		peers    = flag.Bool("peers", true, "measure the peers (runc, crun, unshare, nsenter, floor)")
 		agentbox = flag.Bool("agentbox", true, "measure agentbox")
 		egressB  = flag.Bool("egress", true, "measure the egress proxy (needs -agentbox's binary)")
+		poolB    = flag.Bool("pool", true, "measure warm-pool claims (needs -agentbox's binary)")
 		scale    = flag.Bool("scale", false, "measure density (-scale-n paused sandboxes, minutes), wake, creates/s at concurrency 16 and noisy neighbours (needs -agentbox's binary)")
 		scaleN   = flag.Int("scale-n", 1000, "paused sandboxes for the density measurement")
 	)
@@ -86,6 +87,9 @@ func mainErr() error {
 		if *egressB {
 			results = append(results, measureEgress(ctx, b, root, abin, *template, *buildTO)...)
 		}
+		if *poolB {
+			results = append(results, measurePool(ctx, b, abin, *template, *buildTO)...)
+		}
 		if *scale {
 			r, l := measureScale(ctx, b, abin, *template, *buildTO, *scaleN)
 			results, extra = append(results, r...), append(extra, l...)
@@ -95,7 +99,7 @@ func mainErr() error {
 		return fmt.Errorf("interrupted: %w", err)
 	}
 
-	lines := append(append(evalRatios(results), egressTargets(results)...), extra...)
+	lines := append(append(append(evalRatios(results), egressTargets(results)...), poolTargets(results)...), extra...)
 	printText(os.Stdout, results, lines)
 	if *write {
 		path := filepath.Join(root, *doc)
