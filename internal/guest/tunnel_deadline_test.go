@@ -23,6 +23,9 @@ func TestTunnelConnDeadlineIsTemporary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tun.Close()
+	// Bound the whole test: closing the tunnel unblocks Accept and reads.
+	watchdog := time.AfterFunc(20*time.Second, func() { tun.Close() })
+	defer watchdog.Stop()
 	inside := dialInside(t, p)
 	_, conn, err := tun.Accept()
 	if err != nil {
