@@ -247,6 +247,7 @@ func (s *server) start(req *api.ExecRequest, sub *subscriber) (*process, error) 
 	p.pid = pid
 	p.startedAt = time.Now()
 	s.table.add(p)
+	p.outputs = outputs
 	for i, f := range outputs {
 		p.pumps.Add(1)
 		go p.pump(f, streams[i])

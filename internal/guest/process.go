@@ -17,11 +17,14 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
-// drainGrace is how long a finished process's output is still awaited after
-// it exited: a background child ("cmd &") may hold the output pipe open
+// How long a finished process's output is still awaited after it exited
+// (see finish): a background child ("cmd &") may hold the output pipe open
 // forever, and the exit must not wait for it. Output arriving later still
 // lands in the replay buffer.
-const drainGrace = 50 * time.Millisecond
+const (
+	drainGrace = 10 * time.Millisecond // pipes empty and pumps idle this long: done
+	drainMax   = 10 * time.Second      // never wait longer for output after exit
+)
 
 // chunk is one piece of output; data is never modified after creation.
 type chunk struct {
@@ -85,7 +88,12 @@ type process struct {
 
 	reaped chan struct{} // closed when result is set
 	pumps  sync.WaitGroup
-	done   chan struct{} // closed when finished: output drained, result final
+	// outputs are the read ends the pumps read; busy counts pumps holding
+	// data they have read but not yet delivered. finish uses both to know
+	// when everything the process wrote has been delivered.
+	outputs []*os.File
+	busy    atomic.Int32
+	done    chan struct{} // closed when finished: output drained, result final
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -123,6 +131,7 @@ func (p *process) pump(f *os.File, stream proto.FrameType) {
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
+			p.busy.Add(1)
 			c := chunk{stream: stream, data: bytes.Clone(buf[:n])}
 			p.mu.Lock()
 			p.ring.add(c)
@@ -137,6 +146,7 @@ func (p *process) pump(f *os.File, stream proto.FrameType) {
 				case <-s.gone:
 				}
 			}
+			p.busy.Add(-1)
 		}
 		if err != nil {
 			return // EOF, or EIO from a PTY master whose slave is gone
@@ -144,9 +154,38 @@ func (p *process) pump(f *os.File, stream proto.FrameType) {
 	}
 }
 
+// pending reports whether output is unread in a pipe or read but not yet
+// delivered by a pump.
+func (p *process) pending() bool {
+	if p.busy.Load() > 0 {
+		return true
+	}
+	for _, f := range p.outputs {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			continue
+		}
+		n := 0
+		_ = rc.Control(func(fd uintptr) {
+			n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+		})
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 var pumpBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // finish waits for the exit status and the output, then marks p done.
+//
+// Once the process is reaped, everything it wrote is in its pipes. The
+// pumps normally reach EOF at once; but a background child that inherited
+// the pipes keeps them open, so finish also stops waiting once the pipes
+// hold no unread byte and no pump is delivering one (after a short grace),
+// or after drainMax in any case. A loaded machine that is slow to schedule
+// the pumps therefore delays the exit event; it never loses output.
 func (p *process) finish(t *table) {
 	<-p.reaped
 	if p.timer != nil {
@@ -154,9 +193,26 @@ func (p *process) finish(t *table) {
 	}
 	drained := make(chan struct{})
 	go func() { p.pumps.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(drainGrace):
+	deadline := time.After(drainMax)
+	idleSince := time.Time{}
+wait:
+	for {
+		select {
+		case <-drained:
+			break wait
+		case <-deadline:
+			break wait
+		case <-time.After(time.Millisecond):
+		}
+		if p.pending() {
+			idleSince = time.Time{}
+			continue
+		}
+		if idleSince.IsZero() {
+			idleSince = time.Now()
+		} else if time.Since(idleSince) >= drainGrace {
+			break wait
+		}
 	}
 	p.closeStdin(false)
 	close(p.done)
