@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/yamux"
 
@@ -35,6 +36,11 @@ type tunnels struct {
 	session   *yamux.Session
 	listeners map[int]net.Listener
 	closed    bool
+	// opening counts sessions between their OK reply and setSession: a
+	// connection accepted in that window waits for the session instead of
+	// being dropped (the host considers the tunnel open once it has the
+	// reply).
+	opening int
 }
 
 func newTunnels(log *slog.Logger) *tunnels {
@@ -49,14 +55,25 @@ func (s *server) tunnel(c *conn, req *proto.Request) error {
 	if err := s.tun.listen(req.Ports); err != nil {
 		return err
 	}
+	s.tun.mu.Lock()
+	s.tun.opening++
+	s.tun.mu.Unlock()
+	opened := func() {
+		s.tun.mu.Lock()
+		s.tun.opening--
+		s.tun.mu.Unlock()
+	}
 	if err := c.reply(nil); err != nil {
+		opened()
 		return nil
 	}
 	sess, err := yamux.Client(&proto.BufferedConn{Conn: c.Conn, R: c.br}, proto.TunnelConfig())
 	if err != nil {
+		opened()
 		return nil // the connection is no longer a protocol stream: just end it
 	}
 	s.tun.setSession(sess)
+	opened()
 	<-sess.CloseChan()
 	s.tun.dropSession(sess)
 	return nil
@@ -122,6 +139,22 @@ func (t *tunnels) current() *yamux.Session {
 	return t.session
 }
 
+// sessionFor returns the current session; while one is being opened it
+// waits for it, up to openWait.
+func (t *tunnels) sessionFor() *yamux.Session {
+	const openWait = 2 * time.Second
+	deadline := time.Now().Add(openWait)
+	for {
+		t.mu.Lock()
+		sess, opening := t.session, t.opening > 0
+		t.mu.Unlock()
+		if sess != nil || !opening || time.Now().After(deadline) {
+			return sess
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // close closes every listener and the session.
 func (t *tunnels) close() {
 	t.mu.Lock()
@@ -159,7 +192,7 @@ const relayBuf = 256 << 10
 // reach the host side except through the daemon's session.
 func (t *tunnels) relay(port int, c net.Conn) {
 	defer c.Close()
-	sess := t.current()
+	sess := t.sessionFor()
 	if sess == nil {
 		return
 	}
