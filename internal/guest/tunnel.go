@@ -133,12 +133,6 @@ func (t *tunnels) dropSession(sess *yamux.Session) {
 	t.mu.Unlock()
 }
 
-func (t *tunnels) current() *yamux.Session {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.session
-}
-
 // sessionFor returns the current session; while one is being opened it
 // waits for it, up to openWait.
 func (t *tunnels) sessionFor() *yamux.Session {
