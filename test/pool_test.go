@@ -156,13 +156,12 @@ func TestPoolRestart(t *testing.T) {
 	waitPool(t, c, "busybox", 2)
 	claimed := d.create(t, agentbox.SandboxSpec{})
 	waitPool(t, c, "busybox", 2)
-	before := sandboxDirs(t, d.dataDir)
 	// An API size wins over the flag after a restart.
 	if _, err := c.SetPool(ctx, "busybox", 3); err != nil {
 		t.Fatal(err)
 	}
 	waitPool(t, c, "busybox", 3)
-	before = sandboxDirs(t, d.dataDir)
+	before := sandboxDirs(t, d.dataDir)
 
 	d.restart(syscall.SIGKILL)
 	c = d.client

@@ -44,8 +44,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCResult, error) {
 
 	s.mu.Lock()
 	keep := map[string]bool{}
-	var mark func(id string)
-	mark = func(id string) {
+	mark := func(id string) {
 		for id != "" && !keep[id] {
 			l, ok := s.layers[id]
 			if !ok {

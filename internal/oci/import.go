@@ -23,6 +23,14 @@ import (
 	"github.com/agentbox/agentbox/internal/layers"
 )
 
+// Non-distributable layer media types are deprecated for producers, but
+// archives made before the deprecation still carry them; the import reads
+// them like ordinary layers.
+const (
+	nonDistributableLayer     = "application/vnd.oci.image.layer.nondistributable.v1.tar"
+	nonDistributableLayerGzip = "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
+)
+
 // Result is an imported image.
 type Result struct {
 	Top    string            // ID of the top layer of the recreated chain
@@ -240,8 +248,8 @@ func ImportLayout(ctx context.Context, ls *layers.Store, dir string) (Result, er
 		cfgDigest = m.Config.Digest
 		for _, d := range m.Layers {
 			switch d.MediaType {
-			case v1.MediaTypeImageLayer, v1.MediaTypeImageLayerGzip, dockerLayerGzip,
-				v1.MediaTypeImageLayerNonDistributable, v1.MediaTypeImageLayerNonDistributableGzip, dockerLayerForeign: //nolint:staticcheck // still found in the wild
+			case v1.MediaTypeImageLayer, v1.MediaTypeImageLayerGzip, dockerLayerGzip, dockerLayerForeign,
+				nonDistributableLayer, nonDistributableLayerGzip:
 			default:
 				return Result{}, fmt.Errorf("layer media type %q is not supported (tar or tar+gzip): %w", d.MediaType, errdefs.ErrInvalidArgument)
 			}
