@@ -28,6 +28,10 @@ demo:
 # `make bench BENCH_FLAGS=-write` also rewrites docs/BENCHMARKS.md. Needs root.
 bench: build
 	$(GO) run ./bench $(BENCH_FLAGS)
+	# Checkpoint/restore per storage driver (copy on the data dir's file
+	# system, reflink on loop-mounted xfs and btrfs), fork x10 vs one create,
+	# warm-pool claim: Go benchmarks against the real daemon binary.
+	AGENTBOX_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench 'CheckpointDriver|RestoreDriver|ForkTen|CreateOne|PoolClaim' -benchtime 10x -count 1 ./test/
 
 clean:
 	rm -rf bin
