@@ -126,9 +126,9 @@ func (h *handler) pipelineRoutes() []route {
 		rts = append(rts,
 			route{"POST", "/v1/schedules", x.create},
 			route{"GET", "/v1/schedules", x.list},
-			route{"GET", "/v1/schedules/{sid}", x.get},
-			route{"DELETE", "/v1/schedules/{sid}", x.delete},
-			route{"POST", "/v1/schedules/{sid}/trigger", x.trigger},
+			route{"GET", "/v1/schedules/{sid}", byID("schedule", http.StatusOK, ss.GetSchedule)},
+			route{"DELETE", "/v1/schedules/{sid}", deleteByID("schedule", ss.DeleteSchedule)},
+			route{"POST", "/v1/schedules/{sid}/trigger", byID("schedule", http.StatusOK, ss.TriggerSchedule)},
 		)
 	}
 	if hs, ok := h.svc.(HookService); ok {
@@ -136,8 +136,8 @@ func (h *handler) pipelineRoutes() []route {
 		rts = append(rts,
 			route{"POST", "/v1/hooks", x.create},
 			route{"GET", "/v1/hooks", x.list},
-			route{"GET", "/v1/hooks/{sid}", x.get},
-			route{"DELETE", "/v1/hooks/{sid}", x.delete},
+			route{"GET", "/v1/hooks/{sid}", byID("hook", http.StatusOK, hs.GetHook)},
+			route{"DELETE", "/v1/hooks/{sid}", deleteByID("hook", hs.DeleteHook)},
 			route{"POST", "/v1/hooks/{sid}", x.deliver},
 		)
 	}
@@ -263,6 +263,40 @@ func triggerID(r *http.Request, what string) (string, error) {
 	return id, nil
 }
 
+// byID serves a call whose only argument is the {sid} path value of a
+// schedule or hook, answering its result as JSON with status.
+func byID[T any](what string, status int, call func(context.Context, string) (T, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := triggerID(r, what)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		v, err := call(r.Context(), id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, status, v)
+	}
+}
+
+// deleteByID serves a delete of the schedule or hook named by {sid}: 204.
+func deleteByID(what string, call func(context.Context, string) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := triggerID(r, what)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if err := call(r.Context(), id); err != nil {
+			writeError(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
 // validAction checks the shape of a schedule's or hook's action.
 func validAction(a *api.RunAction) error {
 	if err := noNUL("action", append([]string{a.Template, a.Name, a.Lifecycle, a.Command, a.Cwd}, a.Cmd...)...); err != nil {
@@ -315,47 +349,6 @@ func (x scheduleHandlers) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.ScheduleList{Schedules: list})
 }
 
-func (x scheduleHandlers) get(w http.ResponseWriter, r *http.Request) {
-	id, err := triggerID(r, "schedule")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	s, err := x.svc.GetSchedule(r.Context(), id)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s)
-}
-
-func (x scheduleHandlers) delete(w http.ResponseWriter, r *http.Request) {
-	id, err := triggerID(r, "schedule")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if err := x.svc.DeleteSchedule(r.Context(), id); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (x scheduleHandlers) trigger(w http.ResponseWriter, r *http.Request) {
-	id, err := triggerID(r, "schedule")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	run, err := x.svc.TriggerSchedule(r.Context(), id)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, run)
-}
-
 type hookHandlers struct {
 	h   *handler
 	svc HookService
@@ -389,33 +382,6 @@ func (x hookHandlers) list(w http.ResponseWriter, r *http.Request) {
 		list = []api.Hook{}
 	}
 	writeJSON(w, http.StatusOK, api.HookList{Hooks: list})
-}
-
-func (x hookHandlers) get(w http.ResponseWriter, r *http.Request) {
-	id, err := triggerID(r, "hook")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	hk, err := x.svc.GetHook(r.Context(), id)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, hk)
-}
-
-func (x hookHandlers) delete(w http.ResponseWriter, r *http.Request) {
-	id, err := triggerID(r, "hook")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if err := x.svc.DeleteHook(r.Context(), id); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // deliver is a webhook delivery: the raw body (at most MaxBodyBytes) is
