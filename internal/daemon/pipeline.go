@@ -60,9 +60,12 @@ func setupPipeline(ctx context.Context, cfg *config.Config, mgr *sandbox.Manager
 	return &pipelineAPI{p: p, sched: sched, hooks: hooks}, nil
 }
 
+// close stops the scheduler and waits for finished run records still being
+// written.
 func (x *pipelineAPI) close() {
 	if x != nil {
 		x.sched.Close()
+		x.p.Flush()
 	}
 }
 

@@ -98,6 +98,8 @@ type Pipeline struct {
 	st  store.PipelineStore
 	clk Clock
 	log *slog.Logger
+	// writing counts finished records being written in the background.
+	writing sync.WaitGroup
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -362,6 +364,11 @@ func (p *Pipeline) persist(id string) {
 	}
 }
 
+// Flush waits until every finished record handed to the background writer
+// is on disk (or failed to be written and stays in memory). The daemon
+// calls it when it shuts down.
+func (p *Pipeline) Flush() { p.writing.Wait() }
+
 // Get returns the record of run id.
 func (p *Pipeline) Get(ctx context.Context, id string) (api.Run, error) {
 	p.mu.Lock()
@@ -505,8 +512,8 @@ func (rs *runState) addOutput(data []byte) {
 }
 
 // finish completes the record with the exit event (or the error that
-// ended the run), stores it and deletes an ephemeral sandbox. Only the
-// first call counts.
+// ended the run), then, in the background, stores it and deletes an
+// ephemeral sandbox; done closes after that. Only the first call counts.
 func (rs *runState) finish(exit *api.ExecEvent, cause error) {
 	rs.once.Do(func() {
 		p := rs.p
@@ -549,13 +556,22 @@ func (rs *runState) finish(exit *api.ExecEvent, cause error) {
 		}
 		p.pending[rec.ID] = rec
 		p.mu.Unlock()
-		p.persist(rec.ID)
-		if rs.ephemeral {
-			if err := p.sbx.DeleteSandbox(context.Background(), sbID); err != nil && !errdefs.IsNotFound(err) {
-				p.log.Warn("deleting a run's sandbox", "run", rec.ID, "sandbox", sbID, "err", err)
+		// The finished record is visible to readers from here on (pending);
+		// writing it to disk (a synced commit) and deleting a run's own
+		// sandbox happen off the exit event's path, so they add nothing
+		// to an exec round trip. A daemon killed in between loses that
+		// record (see ReapOrphans for its sandbox).
+		p.writing.Add(1)
+		go func() {
+			defer p.writing.Done()
+			p.persist(rec.ID)
+			if rs.ephemeral {
+				if err := p.sbx.DeleteSandbox(context.Background(), sbID); err != nil && !errdefs.IsNotFound(err) {
+					p.log.Warn("deleting a run's sandbox", "run", rec.ID, "sandbox", sbID, "err", err)
+				}
 			}
-		}
-		close(rs.done)
+			close(rs.done)
+		}()
 	})
 }
 

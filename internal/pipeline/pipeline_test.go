@@ -43,6 +43,7 @@ func TestExecuteRecordsAPIRun(t *testing.T) {
 		t.Fatalf("running record: %+v %v", r, err)
 	}
 	drain(t, exe, func() { e.clk.Advance(10 * time.Second) })
+	e.p.Flush()                        // records are written after the exit event
 	r, err := e.st.GetRun(ctx, exe.ID) // durable, not only in memory
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +174,7 @@ func TestListFiltersAndOrder(t *testing.T) {
 	if got, _ := e.p.List(ctx, store.RunFilter{Since: t0.Add(time.Second)}); len(got) != 2 {
 		t.Fatalf("since: %d", len(got))
 	}
+	e.p.Flush() // pruning works on what is on disk
 	if err := e.st.PruneRuns(ctx, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -331,21 +331,40 @@ func killUntilEmpty(ctx context.Context, path string, procs func() ([]int, error
 	}
 }
 
+// stats reads the four counters it reports straight from their files: the
+// library's full Stat parses every file of every controller (≈0.4 ms), and
+// the execute pipeline samples a sandbox at the start and the end of every
+// run.
 func (c *cgroupV1) stats() (runtime.Stats, error) {
-	m, err := c.cg.Stat(cgroup1.IgnoreNotExist)
+	var s runtime.Stats
+	cpu, err := readCounter(filepath.Join(c.dir[cgroup1.Cpuacct], "cpuacct.usage"))
 	if err != nil {
 		return runtime.Stats{}, fmt.Errorf("reading stats of cgroup %s: %w", c.path, err)
 	}
-	var s runtime.Stats
-	if m.GetCPU().GetUsage() != nil {
-		s.CPUTime = time.Duration(m.GetCPU().GetUsage().GetTotal())
+	s.CPUTime = time.Duration(cpu)
+	if v, err := readCounter(filepath.Join(c.dir[cgroup1.Memory], "memory.usage_in_bytes")); err == nil {
+		s.MemoryBytes = v
 	}
-	if m.GetMemory().GetUsage() != nil {
-		s.MemoryBytes = int64(m.GetMemory().GetUsage().GetUsage())
+	if v, err := readCounter(filepath.Join(c.dir[cgroup1.Pids], "pids.current")); err == nil {
+		s.Pids = v
 	}
-	s.Pids = int64(m.GetPids().GetCurrent())
-	s.OOMKills = int64(m.GetMemoryOomControl().GetOomKill())
+	if b, err := os.ReadFile(filepath.Join(c.dir[cgroup1.Memory], "memory.oom_control")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				s.OOMKills, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			}
+		}
+	}
 	return s, nil
+}
+
+// readCounter reads a cgroup file holding one decimal number.
+func readCounter(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
 func (c *cgroupV1) delete() error {
