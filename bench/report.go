@@ -244,6 +244,9 @@ const methodText = `
   daemon and its sandboxes) is removed by id or pid when it ends, also on
   Ctrl-C.
 
+Checkpoint, restore and fork figures (Go benchmarks, the second step of
+` + "`make bench`" + `): [BENCHMARKS-undo.md](BENCHMARKS-undo.md).
+
 Reproduce: ` + "`sudo make bench`" + ` (prints only) or ` + "`sudo make bench BENCH_FLAGS=-write`" + `
 (also rewrites this file); ` + "`go run ./bench -h`" + ` lists the flags.
 `
