@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -119,6 +120,28 @@ func newDaemonWith(t testing.TB, args ...string) *daemon {
 			}
 		}
 		d.stop(syscall.SIGTERM)
+		// Every sandbox of this daemon is gone: no process anywhere still
+		// has a mount from its data dir (pooled, half-created or
+		// forgotten sandboxes included). Prespawned guests of a daemon
+		// killed with SIGKILL exit on their own once they see their config
+		// pipe closed, and exiting processes take a moment to be reaped:
+		// allow a few seconds.
+		pids := processesUsing(d.dataDir)
+		for deadline := time.Now().Add(10 * time.Second); len(pids) > 0 && time.Now().Before(deadline); pids = processesUsing(d.dataDir) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if len(pids) > 0 {
+			var desc []string
+			for _, pid := range pids {
+				cmd, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+				stat, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+				desc = append(desc, fmt.Sprintf("%d %q (stat %.60s)", pid, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}), stat))
+			}
+			t.Errorf("processes still use %s after all sandboxes were deleted and the daemon stopped: %v", d.dataDir, desc)
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 		if t.Failed() {
 			if b, err := os.ReadFile(d.logPath); err == nil {
 				t.Logf("daemon log:\n%s", tail(string(b), 60))
@@ -127,6 +150,24 @@ func newDaemonWith(t testing.TB, args ...string) *daemon {
 		_ = os.RemoveAll(dir)
 	})
 	return d
+}
+
+// processesUsing returns the pids whose mount table references path (a
+// sandbox guest's overlay names its data dir).
+func processesUsing(path string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "mountinfo"))
+		if err == nil && strings.Contains(string(b), path+"/") {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 func tail(s string, n int) string {

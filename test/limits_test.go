@@ -64,10 +64,15 @@ func mountsUnder(t *testing.T, dir string) []string {
 // asynchronously once its filesystem's last mount is gone).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	eventuallyWithin(t, 5*time.Second, what, cond)
+}
+
+func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not true after 5s", what)
+			t.Fatalf("%s: still not true after %s", what, d)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -218,20 +223,36 @@ func TestLimitsMemoryPidsOpenFiles(t *testing.T) {
 	// A fork loop: processes are refused at the limit (read on the host
 	// while they live), and once they are gone the sandbox answers again.
 	// (busybox sh gives up at its first failed fork: exit 2.)
+	// The guest's own threads count against pids_max too: note them first.
+	baseline := 0
+	for _, p := range []string{"/sys/fs/cgroup/pids/agentbox/" + sb.ID() + "/pids.current", "/sys/fs/cgroup/agentbox/" + sb.ID() + "/pids.current"} {
+		if b, err := os.ReadFile(p); err == nil {
+			baseline, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			break
+		}
+	}
 	res = run(t, sb, "i=0; while [ $i -lt 200 ]; do sleep 3 & i=$((i+1)); done 2>/dev/null; echo spawned")
 	if res.ExitCode == 0 {
 		t.Fatalf("200 processes under pids_max 64: %q", res.Stdout)
 	}
 	var current []byte
+	var pidsFile string
 	for _, p := range []string{"/sys/fs/cgroup/pids/agentbox/" + sb.ID() + "/pids.current", "/sys/fs/cgroup/agentbox/" + sb.ID() + "/pids.current"} {
 		if b, err := os.ReadFile(p); err == nil {
-			current = b
+			current, pidsFile = b, p
 			break
 		}
 	}
 	if n, err := strconv.Atoi(strings.TrimSpace(string(current))); err != nil || n < 32 || n > 64 {
 		t.Fatalf("pids.current %q with pids_max 64 after a 200-process loop", current)
 	}
+	// The loop's sleepers (3 s each) end and are reaped by the guest; on a
+	// loaded 2-core machine that can take a few seconds more.
+	eventuallyWithin(t, 20*time.Second, "the fork loop's processes are gone", func() bool {
+		b, err := os.ReadFile(pidsFile)
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && n <= baseline+4 // the guest may have started a thread or two
+	})
 	eventually(t, "sandbox answers after the fork loop", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

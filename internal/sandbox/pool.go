@@ -48,6 +48,10 @@ const poolRetry = 5 * time.Second
 
 // poolState is the Manager's warm pools.
 type poolState struct {
+	// inflight counts fills between their create and the moment the new
+	// sandbox is either in a pool or deleted; DrainPools waits for it.
+	inflight sync.WaitGroup
+
 	// mu guards the fields below.
 	mu     sync.Mutex
 	pools  map[string]*pool
@@ -239,6 +243,7 @@ func (m *Manager) fillPool(name string) {
 			return
 		}
 		p.filling++
+		m.pools.inflight.Add(1)
 		m.pools.mu.Unlock()
 
 		b, err := m.createPooled(ctx, name)
@@ -258,12 +263,14 @@ func (m *Manager) fillPool(name string) {
 		}
 		m.pools.mu.Unlock()
 		if err != nil {
+			m.pools.inflight.Done()
 			m.log.Error("filling warm pool", "template", name, "err", err)
 			return
 		}
 		if !keep {
 			m.discardPooled(b, "pool full or closed")
 		}
+		m.pools.inflight.Done()
 	}
 }
 
@@ -450,4 +457,8 @@ func (m *Manager) DrainPools(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+	// A fill that was creating a sandbox when the pools closed deletes it
+	// itself (the pool no longer keeps it): wait for that too, or the
+	// sandbox would outlive its daemon unseen.
+	m.pools.inflight.Wait()
 }
