@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"io"
 	"net/http"
 
@@ -55,6 +57,13 @@ func (u upgradeHandlers) upgrade(w http.ResponseWriter, r *http.Request) {
 	var req api.UpgradeRequest
 	if err := u.h.decodeJSON(w, r, &req, true); err != nil {
 		writeError(w, r, err)
+		return
+	}
+	// A host path makes the daemon open and run (locked down) a file of
+	// the host: only the host's root, on the unix socket, may name one.
+	// API-key callers upload the binary (POST /v1/runners) and name its hash.
+	if req.Runner != "" && CallerFrom(r.Context()) != callerUnixSocket {
+		writeError(w, r, fmt.Errorf("a runner given by host path is accepted on the unix socket only; upload it with POST /v1/runners and pass runner_hash: %w", errdefs.ErrPermissionDenied))
 		return
 	}
 	res, err := u.svc.UpgradeSandbox(r.Context(), id, req)

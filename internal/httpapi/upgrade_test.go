@@ -131,3 +131,29 @@ func TestOpenAPIUpgradeSchemas(t *testing.T) {
 		}
 	}
 }
+
+// On an API-key listener a runner may only be named by the hash of an
+// uploaded binary: a host path is refused before the service is called.
+func TestUpgradeByHostPathOnlyOnUnixSocket(t *testing.T) {
+	const key = "upgrade-test-key-0123456789"
+	f := &fakeService{}
+	h := New(f, Options{RequireAuth: true, APIKeys: []string{key}})
+	for _, tc := range []struct {
+		body   string
+		status int
+	}{
+		{`{"runner":"/usr/bin/anything"}`, http.StatusForbidden},
+		{`{"runner_hash":"0123456789abcdef"}`, http.StatusOK},
+	} {
+		req := httptest.NewRequest("POST", "/v1/sandboxes/sb1/upgrade", strings.NewReader(tc.body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.status {
+			t.Fatalf("%s over TCP: status %d, want %d: %s", tc.body, rec.Code, tc.status, rec.Body)
+		}
+	}
+	if len(f.calls) != 1 {
+		t.Fatalf("service calls %v, want only the runner_hash upgrade", f.calls)
+	}
+}
