@@ -127,29 +127,9 @@ func (b *Bolt) PutSandbox(ctx context.Context, rec SandboxRecord) error {
 
 // GetSandbox implements Store.
 func (b *Bolt) GetSandbox(ctx context.Context, id string) (SandboxRecord, error) {
-	if err := ctx.Err(); err != nil {
-		return SandboxRecord{}, fmt.Errorf("reading sandbox %s: %w", id, err)
-	}
-	var (
-		rec   SandboxRecord
-		found bool
-	)
-	err := b.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketSandboxes).Get([]byte(id))
-		if v == nil {
-			return nil
-		}
-		found = true
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return fmt.Errorf("decoding record: %v: %w", err, errdefs.ErrInternal)
-		}
-		return nil
-	})
-	if err != nil {
-		return SandboxRecord{}, fmt.Errorf("reading sandbox %s: %w", id, wrapDB(err))
-	}
-	if !found {
-		return SandboxRecord{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	var rec SandboxRecord
+	if err := b.getJSON(ctx, bucketSandboxes, id, &rec); err != nil {
+		return SandboxRecord{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	return rec, nil
 }
