@@ -39,14 +39,14 @@ func (h *handler) checkpointRoutes() []route {
 	}
 	c := checkpointHandlers{h: h, svc: cs}
 	return append([]route{
-		{"POST", "/v1/sandboxes/{id}/checkpoints", c.create},
+		{"POST", "/v1/sandboxes/{id}/checkpoints", withBody(h, sandboxID, http.StatusCreated, cs.CreateCheckpoint)},
 		{"GET", "/v1/sandboxes/{id}/checkpoints", c.listOfSandbox},
 		{"POST", "/v1/sandboxes/{id}/restore", c.restore},
-		{"POST", "/v1/sandboxes/{id}/fork", c.forkSandbox},
+		{"POST", "/v1/sandboxes/{id}/fork", withBody(h, sandboxID, http.StatusCreated, cs.ForkSandbox)},
 		{"GET", "/v1/checkpoints", c.listAll},
 		{"GET", "/v1/checkpoints/{cid}", c.get},
 		{"DELETE", "/v1/checkpoints/{cid}", c.delete},
-		{"POST", "/v1/checkpoints/{cid}/fork", c.forkCheckpoint},
+		{"POST", "/v1/checkpoints/{cid}/fork", withBody(h, checkpointID, http.StatusCreated, cs.ForkCheckpoint)},
 	}, h.diffRoutes()...) // diff, merge and template save build on checkpoints
 }
 
@@ -63,23 +63,28 @@ func checkpointID(r *http.Request) (string, error) {
 	return id, nil
 }
 
-func (c checkpointHandlers) create(w http.ResponseWriter, r *http.Request) {
-	id, err := sandboxID(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
+// withBody serves a call on the object named by the path (read with
+// pathID) with a JSON body that may be empty, answering its result as JSON
+// with status.
+func withBody[Req, Res any](h *handler, pathID func(*http.Request) (string, error), status int, call func(context.Context, string, Req) (Res, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathID(r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		var req Req
+		if err := h.decodeJSON(w, r, &req, true); err != nil {
+			writeError(w, r, err)
+			return
+		}
+		res, err := call(r.Context(), id, req)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, status, res)
 	}
-	var req api.CreateCheckpointRequest
-	if err := c.h.decodeJSON(w, r, &req, true); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	ck, err := c.svc.CreateCheckpoint(r.Context(), id, req)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, ck)
 }
 
 func (c checkpointHandlers) listOfSandbox(w http.ResponseWriter, r *http.Request) {
@@ -153,42 +158,4 @@ func (c checkpointHandlers) restore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
-}
-
-func (c checkpointHandlers) forkSandbox(w http.ResponseWriter, r *http.Request) {
-	id, err := sandboxID(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	var req api.ForkRequest
-	if err := c.h.decodeJSON(w, r, &req, true); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	res, err := c.svc.ForkSandbox(r.Context(), id, req)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, res)
-}
-
-func (c checkpointHandlers) forkCheckpoint(w http.ResponseWriter, r *http.Request) {
-	cid, err := checkpointID(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	var req api.ForkRequest
-	if err := c.h.decodeJSON(w, r, &req, true); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	res, err := c.svc.ForkCheckpoint(r.Context(), cid, req)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, res)
 }
