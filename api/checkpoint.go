@@ -7,6 +7,7 @@ import "time"
 // on. Restoring or forking from it yields byte-identical files.
 type Checkpoint struct {
 	ID        string            `json:"id"`
+	Tenant    string            `json:"tenant,omitempty"` // owner: the sandbox's tenant
 	Name      string            `json:"name,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	SandboxID string            `json:"sandbox_id"` // the sandbox it was taken of (may be deleted since)

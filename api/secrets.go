@@ -6,6 +6,7 @@ import "time"
 // ever returns it.
 type SecretInfo struct {
 	Name      string    `json:"name"`
+	Tenant    string    `json:"tenant,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

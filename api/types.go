@@ -68,6 +68,7 @@ const (
 // Sandbox describes one sandbox.
 type Sandbox struct {
 	ID           string            `json:"id"`
+	Tenant       string            `json:"tenant,omitempty"` // owner (api/tenants.go)
 	Template     string            `json:"template"`
 	TemplateID   string            `json:"template_id"` // content hash of the template's layers
 	State        string            `json:"state"`
@@ -221,7 +222,8 @@ type MoveRequest struct {
 // Template describes a built (or buildable) template.
 type Template struct {
 	Name      string            `json:"name"`
-	ID        string            `json:"id,omitempty"` // content hash; empty when not built
+	Tenant    string            `json:"tenant,omitempty"` // owner; "admin" templates are the shared catalogue
+	ID        string            `json:"id,omitempty"`     // content hash; empty when not built
 	Built     bool              `json:"built"`
 	Builtin   bool              `json:"builtin"`
 	SizeBytes int64             `json:"size_bytes,omitempty"`

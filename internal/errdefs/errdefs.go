@@ -5,7 +5,10 @@
 // errors.Is, never by matching message text.
 package errdefs
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // The categories. Each maps to exactly one HTTP status at the API edge.
 var (
@@ -60,4 +63,30 @@ var categories = []struct {
 	{ErrUnavailable, "unavailable"},
 	{ErrNotImplemented, "not_implemented"},
 	{ErrInternal, "internal"},
+}
+
+// RetryAfterError marks an error (typically ErrResourceExhausted or
+// ErrUnavailable) with the time after which the same request may succeed.
+// The API edge sends it as a Retry-After header.
+type RetryAfterError struct {
+	Err   error
+	After time.Duration
+}
+
+func (e *RetryAfterError) Error() string { return e.Err.Error() }
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// WithRetryAfter wraps err with a retry hint of d (rounded up to a whole
+// second by the edge).
+func WithRetryAfter(err error, d time.Duration) error {
+	return &RetryAfterError{Err: err, After: d}
+}
+
+// RetryAfter returns the retry hint err carries, if any.
+func RetryAfter(err error) (time.Duration, bool) {
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		return ra.After, true
+	}
+	return 0, false
 }

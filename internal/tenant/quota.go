@@ -1,0 +1,200 @@
+package tenant
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// Quotas. Holdings (sandboxes and their disk) are admitted with a
+// reservation, so concurrent creates cannot overshoot together: a create
+// reserves its share under the registry lock and releases it once the
+// sandbox is counted by the holdings meter (or has failed). CPU is metered
+// after the fact from run records, so a run that starts within quota may
+// end beyond it; later creates and execs then get 429 until the period
+// ends.
+
+// holdRetry is the Retry-After of sandbox and disk quotas: the caller must
+// delete something first, there is no time at which it frees itself.
+const holdRetry = 10 * time.Second
+
+// cpuCacheTTL bounds how stale the CPU figure a run is admitted on may be.
+const cpuCacheTTL = time.Second
+
+// Meters are where quota usage comes from; both must be safe for
+// concurrent use.
+type Meters struct {
+	// Holdings returns the number of tenant's sandboxes (every state but
+	// deleted) and the sum of their disk limits.
+	Holdings func(tenant string) (sandboxes int, diskBytes int64)
+	// CPUSeconds returns the CPU seconds of tenant's runs started at or
+	// after since.
+	CPUSeconds func(ctx context.Context, tenant string, since time.Time) (float64, error)
+}
+
+// quotaState is guarded by Registry.mu.
+type quotaState struct {
+	meters  Meters
+	pending map[string]*reservation
+	cpu     map[string]cpuSample
+}
+
+type reservation struct {
+	sandboxes int
+	disk      int64
+}
+
+type cpuSample struct {
+	at, since time.Time
+	seconds   float64
+}
+
+// SetMeters connects the quota meters. Until it is called, quotas are not
+// enforced.
+func (r *Registry) SetMeters(m Meters) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.quota.meters = m
+}
+
+func periodOf(q api.Quotas, now time.Time) (start, end time.Time) {
+	p := time.Duration(q.PeriodSeconds) * time.Second
+	if p <= 0 {
+		p = api.DefaultQuotaPeriodSeconds * time.Second
+	}
+	start = now.Truncate(p)
+	return start, start.Add(p)
+}
+
+func exhausted(tenant, what string, after time.Duration) error {
+	return errdefs.WithRetryAfter(fmt.Errorf("tenant %s is over its %s quota: %w", tenant, what, errdefs.ErrResourceExhausted), after)
+}
+
+// AdmitSandboxes reserves room for n new sandboxes of tenant, each asking
+// for a disk limit of disk bytes (0: none asked). It returns the disk limit
+// each must get — when the tenant has a disk quota and none was asked,
+// api.DefaultTenantDiskBytes or what is left of the quota split evenly —
+// and release, which the caller must call once the sandboxes exist (are
+// counted by the holdings meter) or have failed. Over quota it fails with
+// ErrResourceExhausted carrying a retry hint (errdefs.RetryAfter).
+func (r *Registry) AdmitSandboxes(ctx context.Context, tenant string, n int, disk int64) (diskEach int64, release func(), err error) {
+	noop := func() {}
+	if Owner(tenant) == api.AdminTenant || n <= 0 {
+		return disk, noop, nil
+	}
+	if err := r.AdmitRun(ctx, tenant); err != nil {
+		return 0, nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.tenants[tenant]
+	if !ok || r.quota.meters.Holdings == nil {
+		return disk, noop, nil
+	}
+	q := t.Quotas
+	if q.MaxSandboxes == 0 && q.DiskBytes == 0 {
+		return disk, noop, nil
+	}
+	held, heldDisk := r.quota.meters.Holdings(tenant)
+	res := r.quota.pending[tenant]
+	if res == nil {
+		res = &reservation{}
+		r.quota.pending[tenant] = res
+	}
+	held += res.sandboxes
+	heldDisk += res.disk
+	if q.MaxSandboxes > 0 && held+n > q.MaxSandboxes {
+		return 0, nil, exhausted(tenant, fmt.Sprintf("sandboxes (%d of %d in use, %d asked)", held, q.MaxSandboxes, n), holdRetry)
+	}
+	if q.DiskBytes > 0 {
+		left := q.DiskBytes - heldDisk
+		if disk == 0 {
+			disk = min(int64(api.DefaultTenantDiskBytes), left/int64(n))
+		}
+		if disk <= 0 || disk*int64(n) > left {
+			return 0, nil, exhausted(tenant, fmt.Sprintf("disk (%d of %d bytes allocated)", heldDisk, q.DiskBytes), holdRetry)
+		}
+	}
+	res.sandboxes += n
+	res.disk += disk * int64(n)
+	released := false
+	return disk, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if released {
+			return
+		}
+		released = true
+		res.sandboxes -= n
+		res.disk -= disk * int64(n)
+	}, nil
+}
+
+// AdmitRun checks tenant's CPU quota for the current period; over it, it
+// fails with ErrResourceExhausted and a retry hint of the period's end.
+func (r *Registry) AdmitRun(ctx context.Context, tenant string) error {
+	if Owner(tenant) == api.AdminTenant {
+		return nil
+	}
+	r.mu.Lock()
+	t, ok := r.tenants[tenant]
+	cpuMeter := r.quota.meters.CPUSeconds
+	r.mu.Unlock()
+	if !ok || t.Quotas.CPUSeconds == 0 || cpuMeter == nil {
+		return nil
+	}
+	now := r.now()
+	start, end := periodOf(t.Quotas, now)
+	used, err := r.cpuUsed(ctx, tenant, start, now, cpuMeter)
+	if err != nil {
+		return fmt.Errorf("metering tenant %s: %w", tenant, err)
+	}
+	if used >= t.Quotas.CPUSeconds {
+		return exhausted(tenant, fmt.Sprintf("CPU (%.1f of %.1f CPU-seconds this period)", used, t.Quotas.CPUSeconds), end.Sub(now))
+	}
+	return nil
+}
+
+func (r *Registry) cpuUsed(ctx context.Context, tenant string, start, now time.Time, meter func(context.Context, string, time.Time) (float64, error)) (float64, error) {
+	r.mu.Lock()
+	s, ok := r.quota.cpu[tenant]
+	r.mu.Unlock()
+	if ok && s.since.Equal(start) && now.Sub(s.at) < cpuCacheTTL {
+		return s.seconds, nil
+	}
+	used, err := meter(ctx, tenant, start)
+	if err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	if r.quota.cpu == nil {
+		r.quota.cpu = map[string]cpuSample{}
+	}
+	r.quota.cpu[tenant] = cpuSample{at: now, since: start, seconds: used}
+	r.mu.Unlock()
+	return used, nil
+}
+
+// Usage returns what counts against tenant t's quotas now.
+func (r *Registry) Usage(ctx context.Context, t api.Tenant) (api.TenantQuotaUsage, error) {
+	r.mu.Lock()
+	m := r.quota.meters
+	r.mu.Unlock()
+	now := r.now()
+	start, end := periodOf(t.Quotas, now)
+	u := api.TenantQuotaUsage{PeriodStart: start.UTC(), PeriodEndsAt: end.UTC()}
+	if m.Holdings != nil {
+		u.Sandboxes, u.DiskBytes = m.Holdings(t.ID)
+	}
+	if m.CPUSeconds != nil {
+		cpu, err := m.CPUSeconds(ctx, t.ID, start)
+		if err != nil {
+			return api.TenantQuotaUsage{}, err
+		}
+		u.CPUSeconds = cpu
+	}
+	return u, nil
+}
