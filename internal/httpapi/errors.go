@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -74,6 +76,9 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	rs := stateFrom(r.Context())
 	status, body := publicError(err, rs.id)
 	rs.err = err
+	if d, ok := errdefs.RetryAfter(err); ok && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(max(d.Seconds(), 1))), 10))
+	}
 	writeJSON(w, status, body)
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // DefaultMaxBodyBytes limits JSON request bodies when Options.MaxBodyBytes
@@ -38,9 +39,13 @@ type Options struct {
 	// MaxUploadBytes limits streamed uploads (files, archives, stdin);
 	// 0 means no limit.
 	MaxUploadBytes int64
-	// APIKeys are the accepted bearer keys when RequireAuth is set. With
-	// RequireAuth and no keys, every request is refused (fail closed).
+	// APIKeys are bearer keys of the admin tenant (the daemon's keys file),
+	// accepted when RequireAuth is set. With RequireAuth and neither keys
+	// nor Tenants, every request is refused (fail closed).
 	APIKeys []string
+	// Tenants authenticates tenants' API keys when RequireAuth is set, and
+	// ends a request when its key is revoked. Nil: only APIKeys.
+	Tenants Authenticator
 	// RequireAuth demands "Authorization: Bearer <key>" on every route and
 	// rejects cross-origin browser requests. Set it for TCP listeners.
 	RequireAuth bool
@@ -114,7 +119,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates", h.listTemplates},
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
-	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.poolRoutes(), h.adminRoutes())...)
+	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.poolRoutes(), h.adminRoutes(), h.tenantRoutes())...)
 }
 
 // reqState is per-request data shared by the middleware and handlers.
@@ -179,16 +184,29 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.logRequest(r, rec, rs, start)
 	}()
 
-	if err := h.checkAccess(r); err != nil {
+	p, who, err := h.checkAccess(r)
+	if err != nil {
 		if errors.Is(err, errdefs.ErrUnauthenticated) {
 			rec.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
 		}
 		writeError(rec, r, err)
 		return
 	}
-	r = h.withCaller(r)
-	if _, pattern := h.mux.Handler(r); pattern == "" {
+	ctx := context.WithValue(tenant.WithPrincipal(r.Context(), p), callerKey{}, who)
+	if h.opts.Tenants != nil {
+		// Revoking the key cancels ctx: handlers and open streams end.
+		var done func()
+		ctx, done = h.opts.Tenants.Track(ctx, p)
+		defer done()
+	}
+	r = r.WithContext(ctx)
+	_, pattern := h.mux.Handler(r)
+	if pattern == "" {
 		h.noRoute(rec, r)
+		return
+	}
+	if err := authorize(p, r, pattern); err != nil {
+		writeError(rec, r, err)
 		return
 	}
 	h.mux.ServeHTTP(rec, r)
@@ -235,14 +253,16 @@ func (h *handler) logRequest(r *http.Request, rec *recorder, rs *reqState, start
 	h.log.LogAttrs(r.Context(), level, "request", attrs...)
 }
 
-// checkAccess applies the TCP listener's defences. The unix socket
-// (RequireAuth false) is trusted: its 0600 mode is the access control.
-func (h *handler) checkAccess(r *http.Request) error {
+// checkAccess applies the TCP listener's defences and authenticates the
+// caller, returning its principal and its identity for run records. The
+// unix socket (RequireAuth false) is trusted: its 0600 mode is the access
+// control, and its callers are the admin tenant.
+func (h *handler) checkAccess(r *http.Request) (tenant.Principal, string, error) {
 	if !h.opts.RequireAuth {
-		return nil
+		return tenant.Admin, callerUnixSocket, nil
 	}
 	if len(h.opts.AllowedHosts) > 0 && !hostAllowed(r.Host, h.opts.AllowedHosts) {
-		return fmt.Errorf("host %q is not allowed: %w", r.Host, errdefs.ErrPermissionDenied)
+		return tenant.Principal{}, "", fmt.Errorf("host %q is not allowed: %w", r.Host, errdefs.ErrPermissionDenied)
 	}
 	// A browser page must not drive the API (DNS rebinding, CSRF): any
 	// request carrying an Origin is refused unless that origin's host is
@@ -250,28 +270,35 @@ func (h *handler) checkAccess(r *http.Request) error {
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
 		if err != nil || u.Host == "" || len(h.opts.AllowedHosts) == 0 || !hostAllowed(u.Host, h.opts.AllowedHosts) {
-			return fmt.Errorf("cross-origin requests are not allowed: %w", errdefs.ErrPermissionDenied)
+			return tenant.Principal{}, "", fmt.Errorf("cross-origin requests are not allowed: %w", errdefs.ErrPermissionDenied)
 		}
 	}
 	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" {
-		return fmt.Errorf("cross-site requests are not allowed: %w", errdefs.ErrPermissionDenied)
+		return tenant.Principal{}, "", fmt.Errorf("cross-site requests are not allowed: %w", errdefs.ErrPermissionDenied)
 	}
 	if h.isHookDelivery(r) {
-		return nil // authenticated by its signature (pipeline.go)
+		// Authenticated by its signature (pipeline.go); the run belongs
+		// to the hook's tenant.
+		return tenant.Admin, "", nil
 	}
 	key, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
-		return fmt.Errorf("missing bearer token: %w", errdefs.ErrUnauthenticated)
+		return tenant.Principal{}, "", fmt.Errorf("missing bearer token: %w", errdefs.ErrUnauthenticated)
 	}
 	sum := sha256.Sum256([]byte(key))
 	match := 0
 	for i := range h.keySums { // no early exit: time does not depend on which key matched
 		match |= subtle.ConstantTimeCompare(sum[:], h.keySums[i][:])
 	}
-	if match != 1 {
-		return fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+	if match == 1 {
+		return tenant.Admin, "api-key:" + hex.EncodeToString(sum[:6]), nil
 	}
-	return nil
+	if h.opts.Tenants != nil {
+		if p, err := h.opts.Tenants.Authenticate(key); err == nil {
+			return p, p.String(), nil
+		}
+	}
+	return tenant.Principal{}, "", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
 }
 
 func bearer(h string) (string, bool) {

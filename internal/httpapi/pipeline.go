@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -75,23 +73,11 @@ type callerKey struct{}
 
 // CallerFrom returns the identity of the caller of the request ctx belongs
 // to: "unix-socket" (the trusted socket), "api-key:<first 12 hex digits of
-// the key's SHA-256>" on TCP, "" outside a request.
+// the key's SHA-256>" for a key of the daemon's keys file,
+// "tenant:<id>/key:<key id>" for a tenant's key, "" outside a request.
 func CallerFrom(ctx context.Context) string {
 	s, _ := ctx.Value(callerKey{}).(string)
 	return s
-}
-
-// withCaller notes the authenticated caller of r in its context.
-func (h *handler) withCaller(r *http.Request) *http.Request {
-	who := callerUnixSocket
-	if h.opts.RequireAuth {
-		who = ""
-		if key, ok := bearer(r.Header.Get("Authorization")); ok {
-			sum := sha256.Sum256([]byte(key))
-			who = "api-key:" + hex.EncodeToString(sum[:6])
-		}
-	}
-	return r.WithContext(context.WithValue(r.Context(), callerKey{}, who))
 }
 
 // isHookDelivery reports whether r is a webhook delivery: POST
