@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 )
@@ -39,8 +42,14 @@ type APIError struct {
 	Message   string // human-readable, safe to show
 	RequestID string // matches the daemon's log line
 
-	body []byte // the response body (bounded), for calls whose errors carry more
+	body       []byte        // the response body (bounded), for calls whose errors carry more
+	retryAfter time.Duration // from the Retry-After header of a 429 or 503
 }
+
+// RetryAfter returns how long the daemon asked the caller to wait before
+// retrying (the Retry-After header of a 429 or 503 response, e.g. a tenant
+// over its quota), or 0 when it did not say.
+func (e *APIError) RetryAfter() time.Duration { return e.retryAfter }
 
 func (e *APIError) Error() string {
 	msg := e.Message
@@ -105,7 +114,29 @@ func decodeError(resp *http.Response) error {
 			e.Message = http.StatusText(resp.StatusCode)
 		}
 	}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		e.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
 	return e
+}
+
+// parseRetryAfter parses a Retry-After value, delay-seconds or an HTTP date
+// (RFC 9110 section 10.2.3), relative to now; 0 when absent or invalid.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(min(n, int64(math.MaxInt64/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // streamError turns an error event of a stream into an *APIError.
@@ -175,6 +206,10 @@ func IsUnauthenticated(err error) bool { return hasCode(err, CodeUnauthenticated
 
 // IsPermissionDenied reports whether the operation is not allowed.
 func IsPermissionDenied(err error) bool { return hasCode(err, CodePermissionDenied) }
+
+// IsResourceExhausted reports whether a limit was reached, such as a
+// tenant's quota; (*APIError).RetryAfter may say when to try again.
+func IsResourceExhausted(err error) bool { return hasCode(err, CodeResourceExhausted) }
 
 // IsUnavailable reports whether the daemon (or a sandbox's guest) is
 // temporarily unable to serve the request.
