@@ -60,13 +60,18 @@ func (r *Registry) SetMeters(m Meters) {
 	r.quota.meters = m
 }
 
+// periodOf returns the CPU period around now, aligned to the Unix epoch as
+// api.Quotas documents. (time.Time.Truncate aligns to year 1, which agrees
+// only for periods that divide 62135596800 s: an hour or a day, not a week
+// or 1000 s.)
 func periodOf(q api.Quotas, now time.Time) (start, end time.Time) {
-	p := time.Duration(q.PeriodSeconds) * time.Second
+	p := q.PeriodSeconds
 	if p <= 0 {
-		p = api.DefaultQuotaPeriodSeconds * time.Second
+		p = api.DefaultQuotaPeriodSeconds
 	}
-	start = now.Truncate(p)
-	return start, start.Add(p)
+	u := now.Unix()
+	start = time.Unix(u-((u%p)+p)%p, 0)
+	return start, start.Add(time.Duration(p) * time.Second)
 }
 
 func exhausted(tenant, what string, after time.Duration) error {
@@ -106,7 +111,8 @@ func (r *Registry) AdmitSandboxes(ctx context.Context, tenant string, n int, dis
 	}
 	held += res.sandboxes
 	heldDisk += res.disk
-	if q.MaxSandboxes > 0 && held+n > q.MaxSandboxes {
+	// Compared so that a huge n or disk cannot overflow past the quota.
+	if q.MaxSandboxes > 0 && n > q.MaxSandboxes-held {
 		return 0, nil, exhausted(tenant, fmt.Sprintf("sandboxes (%d of %d in use, %d asked)", held, q.MaxSandboxes, n), holdRetry)
 	}
 	if q.DiskBytes > 0 {
@@ -114,7 +120,7 @@ func (r *Registry) AdmitSandboxes(ctx context.Context, tenant string, n int, dis
 		if disk == 0 {
 			disk = min(int64(api.DefaultTenantDiskBytes), left/int64(n))
 		}
-		if disk <= 0 || disk*int64(n) > left {
+		if disk <= 0 || disk > left/int64(n) {
 			return 0, nil, exhausted(tenant, fmt.Sprintf("disk (%d of %d bytes allocated)", heldDisk, q.DiskBytes), holdRetry)
 		}
 	}

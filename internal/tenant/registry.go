@@ -178,30 +178,43 @@ func (r *Registry) UpdateTenant(ctx context.Context, id string, q api.Quotas) (a
 // DeleteTenant revokes every key of tenant id and deletes it. The caller
 // makes sure the tenant owns nothing that must outlive it.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
+	// The keys are revoked and the tenant deleted under one hold of mu, so
+	// that a key created concurrently (CreateKey checks the tenant under
+	// mu) is either revoked here or refused.
 	r.mu.Lock()
-	_, ok := r.tenants[id]
-	var keys []string
-	for kid, k := range r.keys {
-		if k.Key.Tenant == id && k.Key.RevokedAt == nil {
-			keys = append(keys, kid)
+	var reqs []map[*liveReq]struct{}
+	err := r.deleteTenantLocked(ctx, id, &reqs)
+	r.mu.Unlock()
+	for _, set := range reqs {
+		for lr := range set {
+			lr.cancel(ErrKeyRevoked)
 		}
 	}
-	r.mu.Unlock()
-	if !ok {
+	if err != nil {
+		return err
+	}
+	r.log.InfoContext(ctx, "tenant deleted", "tenant", id, "keys_revoked", len(reqs))
+	return nil
+}
+
+func (r *Registry) deleteTenantLocked(ctx context.Context, id string, reqs *[]map[*liveReq]struct{}) error {
+	if _, ok := r.tenants[id]; !ok {
 		return notFound(id)
 	}
-	for _, kid := range keys {
-		if err := r.RevokeKey(ctx, Admin, kid); err != nil && !errdefs.IsNotFound(err) {
+	for kid, k := range r.keys {
+		if k.Key.Tenant != id || k.Key.RevokedAt != nil {
+			continue
+		}
+		set, err := r.revokeLocked(ctx, kid)
+		if err != nil {
 			return fmt.Errorf("deleting tenant %s: %w", id, err)
 		}
+		*reqs = append(*reqs, set)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if err := r.st.DeleteTenant(ctx, id); err != nil {
 		return err
 	}
 	delete(r.tenants, id)
-	r.log.InfoContext(ctx, "tenant deleted", "tenant", id)
 	return nil
 }
 
@@ -240,6 +253,11 @@ func (r *Registry) CreateKey(ctx context.Context, p Principal, req api.CreateAPI
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// Again under mu: the tenant may have been deleted meanwhile, and
+	// DeleteTenant revokes only the keys it finds.
+	if _, ok := r.tenants[req.Tenant]; !ok && req.Tenant != api.AdminTenant {
+		return api.CreatedAPIKey{}, notFound(req.Tenant)
+	}
 	if err := r.st.PutAPIKey(ctx, rec); err != nil {
 		return api.CreatedAPIKey{}, err
 	}
@@ -296,23 +314,34 @@ func (r *Registry) RevokeKey(ctx context.Context, p Principal, id string) error 
 		r.mu.Unlock()
 		return fmt.Errorf("a read-only key cannot revoke keys: %w", errdefs.ErrPermissionDenied)
 	}
-	if rec.Key.RevokedAt == nil {
-		now := r.now().UTC().Truncate(time.Second)
-		rec.Key.RevokedAt = &now
-		if err := r.st.PutAPIKey(ctx, rec); err != nil {
-			r.mu.Unlock()
-			return err
-		}
-		r.keys[id] = rec
-	}
-	reqs := r.live[id]
-	delete(r.live, id)
+	reqs, err := r.revokeLocked(ctx, id)
 	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	for lr := range reqs {
 		lr.cancel(ErrKeyRevoked)
 	}
 	r.log.InfoContext(ctx, "API key revoked", "key", id, "tenant", rec.Key.Tenant, "live_requests_ended", len(reqs))
 	return nil
+}
+
+// revokeLocked marks the known key id revoked, in the store and in memory,
+// and detaches its live requests; the caller cancels them once mu is
+// released.
+func (r *Registry) revokeLocked(ctx context.Context, id string) (map[*liveReq]struct{}, error) {
+	rec := r.keys[id]
+	if rec.Key.RevokedAt == nil {
+		now := r.now().UTC().Truncate(time.Second)
+		rec.Key.RevokedAt = &now
+		if err := r.st.PutAPIKey(ctx, rec); err != nil {
+			return nil, err
+		}
+		r.keys[id] = rec
+	}
+	reqs := r.live[id]
+	delete(r.live, id)
+	return reqs, nil
 }
 
 // Authenticate returns the principal of an API key. Unknown, malformed and
