@@ -52,7 +52,7 @@ daemon re-adopts them.`,
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory (env "+config.EnvDataDir+")")
 	f.StringVar(&cfg.SocketPath, "socket", cfg.SocketPath, "unix socket of the API (env "+config.EnvSocket+")")
 	f.StringVar(&cfg.TCPAddr, "tcp", cfg.TCPAddr, "also serve the API on this TCP host:port, with API keys (env "+config.EnvTCP+")")
-	f.StringVar(&cfg.APIKeysFile, "api-keys-file", cfg.APIKeysFile, "file with one API key per line, required with --tcp (env "+config.EnvAPIKeysFile+")")
+	f.StringVar(&cfg.APIKeysFile, "api-keys-file", cfg.APIKeysFile, "file of admin API keys for the TCP listener, one per line; tenants' keys are created with \"agentbox key create\" (env "+config.EnvAPIKeysFile+")")
 	f.StringSliceVar(&cfg.AllowedHosts, "allowed-host", cfg.AllowedHosts, "Host header values accepted on TCP (repeatable)")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", cfg.DefaultTemplate, "template of sandboxes that name none")
 	f.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", cfg.SecretsKeyFile, "master key of the secret store and run tokens, outside the data dir; created when missing (env "+config.EnvSecretsKeyFile+")")

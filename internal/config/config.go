@@ -265,9 +265,6 @@ func (c *Config) Validate() error {
 		if _, port, err := net.SplitHostPort(c.TCPAddr); err != nil || port == "" {
 			bad("tcp address %q must be host:port", c.TCPAddr)
 		}
-		if c.APIKeysFile == "" && len(c.APIKeys) == 0 {
-			bad("an API keys file is required when the TCP listener is on")
-		}
 	}
 	checkRange := func(kind string, base, size uint32) {
 		switch {

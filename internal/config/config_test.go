@@ -56,7 +56,6 @@ func TestValidateRejects(t *testing.T) {
 		"relative data dir":    func(c *Config) { c.DataDir = "var/lib" },
 		"relative socket":      func(c *Config) { c.SocketPath = "x.sock" },
 		"long socket":          func(c *Config) { c.SocketPath = "/" + strings.Repeat("a", 120) },
-		"tcp without keys":     func(c *Config) { c.TCPAddr = "127.0.0.1:80" },
 		"tcp bad addr":         func(c *Config) { c.TCPAddr = "nonsense"; c.APIKeysFile = "/k" },
 		"uid range includes 0": func(c *Config) { c.UIDMapBase = 0 },
 		"uid range system ids": func(c *Config) { c.UIDMapBase = 999 },

@@ -51,6 +51,8 @@ type Daemon struct {
 	stopBridge func()
 	// pipe is the execution pipeline and its triggers (pipeline.go).
 	pipe *pipelineAPI
+	// tenants is the tenant registry with its API (tenants.go).
+	tenants *tenantAPI
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -163,7 +165,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			stopBridge()
 		}
 	}()
-	if err := setupEgress(cfg, mgr, secStore, log); err != nil {
+	if err := setupEgress(cfg, mgr, sandbox.TenantSecrets{Store: secStore}, log); err != nil {
 		return nil, err
 	}
 	if err := mgr.Recover(ctx); err != nil {
@@ -177,11 +179,15 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	handler := httpapi.New(service{mgr, pipe}, httpapi.Options{
+	tenants, err := setupTenants(ctx, st, mgr, pipe, log)
+	if err != nil {
+		return nil, err
+	}
+	handler := httpapi.New(service{mgr, pipe, tenants}, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
 	})
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe}, nil
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -203,10 +209,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 			d.shutdown()
 			return fmt.Errorf("listening on %s: %w", d.cfg.TCPAddr, err)
 		}
-		tcpHandler := httpapi.New(service{d.manager, d.pipe}, httpapi.Options{
+		tcpHandler := httpapi.New(service{d.manager, d.pipe, d.tenants}, httpapi.Options{
 			Logger:       d.log,
 			Version:      version.Version,
 			APIKeys:      d.cfg.APIKeys,
+			Tenants:      d.tenants.reg,
 			RequireAuth:  true,
 			AllowedHosts: d.cfg.AllowedHosts,
 		})
@@ -267,6 +274,7 @@ func (d *Daemon) Close() error {
 type service struct {
 	*sandbox.Manager
 	*pipelineAPI
+	*tenantAPI
 }
 
 var _ httpapi.Service = service{}

@@ -26,12 +26,15 @@ func setupSecrets(cfg *config.Config, mgr *sandbox.Manager, log *slog.Logger) (_
 	if err != nil {
 		return nil, nil, err
 	}
-	mgr.SetSecrets(st, secrets.NewTokens(key))
+	// Every name is the tenant's own: the caller's on the API, the
+	// sandbox owner's for exec secrets, bridge connectors and egress.
+	scoped := sandbox.TenantSecrets{Store: st}
+	mgr.SetSecrets(scoped, secrets.NewTokens(key))
 	conns, err := bridge.LoadConnectors(cfg.ConnectorsFile)
 	if err != nil {
 		return nil, nil, err
 	}
-	br, err := bridge.New(bridge.Config{Connectors: conns, Logger: log}, mgr, st, mgr)
+	br, err := bridge.New(bridge.Config{Connectors: conns, Logger: log}, mgr, scoped, mgr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting the API bridge: %w", err)
 	}

@@ -21,7 +21,7 @@ const (
 
 var (
 	sandboxIDRe    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
-	templateNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(@[A-Za-z0-9]{1,64})?$`) // NAME[@VERSION]
+	templateNameRe = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,31}~)?[A-Za-z0-9][A-Za-z0-9._-]{0,127}(@[A-Za-z0-9]{1,64})?$`) // [TENANT~]NAME[@VERSION]; only the admin may name another tenant's
 )
 
 // decodeJSON reads exactly one JSON value into v from a body of at most

@@ -38,7 +38,9 @@ type EventService interface {
 // exact value limit).
 const maxSecretBody = 256 << 10
 
-var secretNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+// secretNameRe is a secret name, optionally qualified by its tenant
+// ("tenant~name", meaningful to the admin only).
+var secretNameRe = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,31}~)?[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // secretRoutes are the routes of SecretService and EventService, for those
 // svc implements.

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // HookWindow is how far a webhook's timestamp may be from the daemon's
@@ -98,7 +99,7 @@ func (h *Hooks) Create(ctx context.Context, req api.CreateHookRequest) (api.Hook
 	var raw [32]byte
 	_, _ = rand.Read(raw[:])
 	secret := "whsec_" + hex.EncodeToString(raw[:])
-	hk := api.Hook{ID: newTriggerID("hook"), RunAction: req.RunAction, Tenant: DefaultTenant, CreatedAt: h.clk.Now().UTC()}
+	hk := api.Hook{ID: newTriggerID("hook"), RunAction: req.RunAction, Tenant: tenant.From(ctx).Tenant, CreatedAt: h.clk.Now().UTC()}
 	if err := h.st.PutHook(ctx, store.HookRecord{Hook: hk, SealedSecret: h.seal(hk.ID, []byte(secret))}); err != nil {
 		return api.Hook{}, err
 	}
@@ -114,24 +115,31 @@ func (h *Hooks) List(ctx context.Context) ([]api.Hook, error) {
 		return nil, err
 	}
 	out := make([]api.Hook, 0, len(recs))
+	p := tenant.From(ctx)
 	for _, r := range recs {
-		out = append(out, r.Hook)
+		if p.Sees(r.Hook.Tenant) {
+			out = append(out, r.Hook)
+		}
 	}
 	return out, nil
 }
 
-// Get returns one hook, without its secret.
+// Get returns one hook, without its secret. Another tenant's hook is
+// ErrNotFound like an unknown id.
 func (h *Hooks) Get(ctx context.Context, id string) (api.Hook, error) {
 	r, err := h.st.GetHook(ctx, id)
 	if err != nil {
 		return api.Hook{}, err
+	}
+	if !tenant.From(ctx).Sees(r.Hook.Tenant) {
+		return api.Hook{}, fmt.Errorf("hook %s: %w", id, errdefs.ErrNotFound)
 	}
 	return r.Hook, nil
 }
 
 // Delete removes a hook; runs under way go on.
 func (h *Hooks) Delete(ctx context.Context, id string) error {
-	if _, err := h.st.GetHook(ctx, id); err != nil {
+	if _, err := h.Get(ctx, id); err != nil {
 		return err
 	}
 	return h.st.DeleteHook(ctx, id)
@@ -156,13 +164,9 @@ var errBadSignature = fmt.Errorf("invalid webhook signature: %w", errdefs.ErrUna
 // unknown hook, a bad or stale signature; ErrConflict for a replay. An
 // accepted signature is remembered, so a second Verify of it fails.
 func (h *Hooks) Verify(ctx context.Context, id, timestamp, signature string, body []byte) (api.Hook, error) {
-	rec, err := h.st.GetHook(ctx, id)
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return api.Hook{}, errBadSignature
-		}
-		return api.Hook{}, err
-	}
+	// The request's own checks come before the hook is looked up, so
+	// their answers are the same for every id and tell nothing about
+	// which hooks exist.
 	ts, err := strconv.ParseInt(strings.TrimSpace(timestamp), 10, 64)
 	if err != nil {
 		return api.Hook{}, fmt.Errorf("missing or malformed %s: %w", api.HookTimestampHeader, errdefs.ErrUnauthenticated)
@@ -171,6 +175,13 @@ func (h *Hooks) Verify(ctx context.Context, id, timestamp, signature string, bod
 	at := time.Unix(ts, 0)
 	if at.Before(now.Add(-HookWindow)) || at.After(now.Add(HookWindow)) {
 		return api.Hook{}, fmt.Errorf("webhook timestamp is more than %s from the daemon's clock: %w", HookWindow, errdefs.ErrUnauthenticated)
+	}
+	rec, err := h.st.GetHook(ctx, id)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return api.Hook{}, errBadSignature
+		}
+		return api.Hook{}, err
 	}
 	secret, err := h.open(id, rec.SealedSecret)
 	if err != nil {

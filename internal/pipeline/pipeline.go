@@ -34,6 +34,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Labels of the sandboxes created for one run (and deleted after it).
@@ -42,7 +43,7 @@ const (
 	LabelTrigger = "agentbox.trigger"
 )
 
-// DefaultTenant owns every run until tenancy exists.
+// DefaultTenant owns runs of no other tenant.
 const DefaultTenant = sandbox.DefaultTenant
 
 // Defaults of Config.
@@ -139,7 +140,9 @@ type Run struct {
 	// Who is the identity behind the trigger ("unix-socket", "api-key:…",
 	// "schedule:<id>", "hook:<id>").
 	Who string
-	// Tenant owns the run; "" is DefaultTenant.
+	// Tenant is the tenant the run acts as (schedules and hooks: their
+	// owner); "" is the caller of ctx. The run's record belongs to the
+	// tenant owning its sandbox, which pays for it.
 	Tenant string
 	// SandboxID names an existing sandbox; otherwise Create says which to
 	// create: with a Name, the sandbox of that name is reused (created on
@@ -188,12 +191,15 @@ func (p *Pipeline) newRunID(t time.Time) string {
 // On error the run is recorded as failed (when it got as far as having a
 // record) and a sandbox created for it is deleted.
 func (p *Pipeline) Execute(ctx context.Context, r Run) (*Execution, error) {
+	if r.Tenant != "" {
+		ctx = tenant.WithPrincipal(ctx, tenant.Principal{Tenant: r.Tenant, Scope: api.ScopeFull})
+	}
 	now := p.clk.Now().UTC()
 	rec := &api.Run{
 		ID:        p.newRunID(now),
 		Trigger:   r.Trigger,
 		Who:       r.Who,
-		Tenant:    r.Tenant,
+		Tenant:    tenant.From(ctx).Tenant,
 		Cmd:       slices.Clone(r.Exec.Cmd),
 		Command:   r.Exec.Command,
 		State:     api.RunRunning,
@@ -252,7 +258,7 @@ func (p *Pipeline) resolve(ctx context.Context, r Run, rec *api.Run) (id string,
 		if err != nil {
 			return "", false, err
 		}
-		rec.Template = sb.Template
+		rec.Template, rec.Tenant = sb.Template, tenant.Owner(sb.Tenant)
 		return sb.ID, false, nil
 	}
 	if r.Create == nil {
@@ -272,7 +278,7 @@ func (p *Pipeline) resolve(ctx context.Context, r Run, rec *api.Run) (id string,
 		p.failRecord(rec, fmt.Errorf("creating the run's sandbox: %w", err))
 		return "", false, err
 	}
-	rec.Sandbox, rec.Template = sb.ID, sb.Template
+	rec.Sandbox, rec.Template, rec.Tenant = sb.ID, sb.Template, tenant.Owner(sb.Tenant)
 	return sb.ID, req.Name == "", nil
 }
 
@@ -378,15 +384,25 @@ func (p *Pipeline) Get(ctx context.Context, id string) (api.Run, error) {
 		snap = cloneRun(rec)
 	}
 	p.mu.Unlock()
-	if ok {
-		return snap, nil
+	if !ok {
+		var err error
+		if snap, err = p.st.GetRun(ctx, id); err != nil {
+			return api.Run{}, err
+		}
 	}
-	return p.st.GetRun(ctx, id)
+	// Another tenant's run is not found, like an unknown id.
+	if !tenant.From(ctx).Sees(snap.Tenant) {
+		return api.Run{}, fmt.Errorf("run %s: %w", id, errdefs.ErrNotFound)
+	}
+	return snap, nil
 }
 
 // List returns the records matching f, newest first, running ones
 // included.
 func (p *Pipeline) List(ctx context.Context, f store.RunFilter) ([]api.Run, error) {
+	if pr := tenant.From(ctx); !pr.IsAdmin() {
+		f.Tenant = pr.Tenant
+	}
 	p.mu.Lock()
 	var live []api.Run
 	for _, rec := range p.pending {

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // cronParser accepts standard 5-field expressions and descriptors
@@ -252,7 +253,7 @@ func (s *Scheduler) Create(ctx context.Context, req api.CreateScheduleRequest) (
 		Timezone:        loc.String(),
 		MissedRunPolicy: req.MissedRunPolicy,
 		RunAction:       req.RunAction,
-		Tenant:          DefaultTenant,
+		Tenant:          tenant.From(ctx).Tenant,
 		CreatedAt:       now.UTC(),
 	}}
 	s.mu.Lock()
@@ -278,17 +279,21 @@ func (s *Scheduler) Create(ctx context.Context, req api.CreateScheduleRequest) (
 
 // List returns the schedules ordered by id.
 func (s *Scheduler) List(ctx context.Context) ([]api.Schedule, error) {
+	p := tenant.From(ctx)
 	s.mu.Lock()
 	out := make([]api.Schedule, 0, len(s.entries))
 	for _, e := range s.entries {
-		out = append(out, e.s)
+		if p.Sees(e.s.Tenant) {
+			out = append(out, e.s)
+		}
 	}
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b api.Schedule) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
-// Get returns one schedule.
+// Get returns one schedule. Another tenant's schedule is ErrNotFound like
+// an unknown id.
 func (s *Scheduler) Get(ctx context.Context, id string) (api.Schedule, error) {
 	s.mu.Lock()
 	e, ok := s.entries[id]
@@ -297,10 +302,16 @@ func (s *Scheduler) Get(ctx context.Context, id string) (api.Schedule, error) {
 		sc = e.s
 	}
 	s.mu.Unlock()
-	if ok {
-		return sc, nil
+	if !ok {
+		var err error
+		if sc, err = s.st.GetSchedule(ctx, id); err != nil {
+			return api.Schedule{}, err
+		}
 	}
-	return s.st.GetSchedule(ctx, id)
+	if !tenant.From(ctx).Sees(sc.Tenant) {
+		return api.Schedule{}, fmt.Errorf("schedule %s: %w", id, errdefs.ErrNotFound)
+	}
+	return sc, nil
 }
 
 // Delete stops and removes a schedule; runs under way go on.

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Checkpoints.
@@ -79,8 +80,8 @@ func validateLabels(labels map[string]string) error {
 // lockRunning takes the sandbox's lifecycle lock exclusively and checks
 // that it is running, waking it first when it is paused or hibernated; the
 // caller calls unlock.
-func (m *Manager) lockRunning(id string) (b *box, unlock func(), err error) {
-	b, err = m.get(id)
+func (m *Manager) lockRunning(ctx context.Context, id string) (b *box, unlock func(), err error) {
+	b, err = m.get(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -110,7 +111,7 @@ func (m *Manager) CreateCheckpoint(ctx context.Context, id string, req api.Creat
 	if err := validateCheckpointRequest(req); err != nil {
 		return api.Checkpoint{}, fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
-	b, unlock, err := m.lockRunning(id)
+	b, unlock, err := m.lockRunning(ctx, id)
 	if err != nil {
 		return api.Checkpoint{}, err
 	}
@@ -159,6 +160,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, b *box, req api.CreateCh
 	rec := store.CheckpointRecord{
 		Checkpoint: api.Checkpoint{
 			ID:         cid,
+			Tenant:     tenant.Owner(sb.Tenant),
 			Name:       req.Name,
 			Labels:     cloneMap(req.Labels),
 			SandboxID:  sb.ID,
@@ -234,14 +236,15 @@ func (m *Manager) ListCheckpoints(ctx context.Context, id string) ([]api.Checkpo
 		return nil, err
 	}
 	out := []api.Checkpoint{}
+	p := tenant.From(ctx)
 	for _, r := range recs {
-		if id == "" || r.Checkpoint.SandboxID == id {
+		if (id == "" || r.Checkpoint.SandboxID == id) && p.Sees(r.Checkpoint.Tenant) {
 			r.Checkpoint.DurationMS = 0
 			out = append(out, r.Checkpoint)
 		}
 	}
 	if id != "" && len(out) == 0 {
-		if _, err := m.get(id); err != nil {
+		if _, err := m.get(ctx, id); err != nil {
 			return nil, err
 		}
 	}
@@ -264,22 +267,32 @@ func (m *Manager) GetCheckpoint(ctx context.Context, cid string) (api.Checkpoint
 	return rec.Checkpoint, nil
 }
 
+// checkpointRecord returns checkpoint cid if the caller of ctx may see it;
+// another tenant's checkpoint is ErrNotFound exactly like an unknown id.
 func (m *Manager) checkpointRecord(ctx context.Context, cid string) (store.CheckpointRecord, error) {
 	cs, _, err := m.checkpoints()
 	if err != nil {
 		return store.CheckpointRecord{}, err
 	}
-	return cs.GetCheckpoint(ctx, cid)
+	rec, err := cs.GetCheckpoint(ctx, cid)
+	if err != nil {
+		return store.CheckpointRecord{}, err
+	}
+	if !tenant.From(ctx).Sees(rec.Checkpoint.Tenant) {
+		return store.CheckpointRecord{}, fmt.Errorf("checkpoint %s: %w", cid, errdefs.ErrNotFound)
+	}
+	return rec, nil
 }
 
-// resolveCheckpoint finds ref, a checkpoint id or the name of one of sandbox
-// id's checkpoints (the newest of that name).
-func (m *Manager) resolveCheckpoint(ctx context.Context, id, ref string) (store.CheckpointRecord, error) {
+// findCheckpointNamed finds ref, a checkpoint id, else the newest
+// checkpoint named ref among those the caller of ctx sees that match
+// (nil: all).
+func (m *Manager) findCheckpointNamed(ctx context.Context, ref string, match func(api.Checkpoint) bool) (store.CheckpointRecord, error) {
 	cs, _, err := m.checkpoints()
 	if err != nil {
 		return store.CheckpointRecord{}, err
 	}
-	rec, err := cs.GetCheckpoint(ctx, ref)
+	rec, err := m.checkpointRecord(ctx, ref)
 	if err == nil || !errdefs.IsNotFound(err) {
 		return rec, err
 	}
@@ -287,9 +300,10 @@ func (m *Manager) resolveCheckpoint(ctx context.Context, id, ref string) (store.
 	if lerr != nil {
 		return store.CheckpointRecord{}, lerr
 	}
+	p := tenant.From(ctx)
 	var found *store.CheckpointRecord
 	for i, r := range recs {
-		if r.Checkpoint.SandboxID == id && r.Checkpoint.Name == ref &&
+		if r.Checkpoint.Name == ref && p.Sees(r.Checkpoint.Tenant) && (match == nil || match(r.Checkpoint)) &&
 			(found == nil || r.Checkpoint.CreatedAt.After(found.Checkpoint.CreatedAt)) {
 			found = &recs[i]
 		}
@@ -298,6 +312,12 @@ func (m *Manager) resolveCheckpoint(ctx context.Context, id, ref string) (store.
 		return store.CheckpointRecord{}, err
 	}
 	return *found, nil
+}
+
+// resolveCheckpoint finds ref, a checkpoint id or the name of one of sandbox
+// id's checkpoints (the newest of that name).
+func (m *Manager) resolveCheckpoint(ctx context.Context, id, ref string) (store.CheckpointRecord, error) {
+	return m.findCheckpointNamed(ctx, ref, func(c api.Checkpoint) bool { return c.SandboxID == id })
 }
 
 // DeleteCheckpoint deletes a checkpoint. It fails with ErrConflict while a
@@ -309,7 +329,7 @@ func (m *Manager) DeleteCheckpoint(ctx context.Context, cid string) error {
 	if err != nil {
 		return err
 	}
-	rec, err := cs.GetCheckpoint(ctx, cid)
+	rec, err := m.checkpointRecord(ctx, cid)
 	if err != nil {
 		return err
 	}
@@ -352,7 +372,7 @@ func (m *Manager) Restore(ctx context.Context, id, ref string) (api.RestoreResul
 	if err != nil {
 		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: %w", id, err)
 	}
-	b, unlock, err := m.lockRunning(id)
+	b, unlock, err := m.lockRunning(ctx, id)
 	if err != nil {
 		return api.RestoreResult{}, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Limits on what a create request may ask for.
@@ -32,7 +33,7 @@ var (
 	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
 	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	templateRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`) // NAME[@VERSION]
+	templateRE = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,31}~)?[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`) // [TENANT~]NAME[@VERSION]
 	idRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
 )
 
@@ -108,6 +109,12 @@ func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxReques
 	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
+	disk, release, err := m.admitSandboxes(ctx, tenant.From(ctx).Tenant, 1, req.Resources.DiskBytes)
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
+	}
+	defer release()
+	req.Resources.DiskBytes = disk
 	if sb, ok := m.claim(ctx, req, tmpl); ok {
 		return sb, nil
 	}
@@ -138,6 +145,7 @@ func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, 
 	now := time.Now().UTC()
 	sb := api.Sandbox{
 		ID:         id,
+		Tenant:     tenant.From(ctx).Tenant,
 		Template:   req.Template,
 		TemplateID: tmpl.ID,
 		State:      api.StateCreating,
@@ -180,11 +188,18 @@ func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, 
 	return b.view(), nil
 }
 
-// template resolves a template by name, building a builtin one on first use.
+// template resolves a template (NAME or NAME@VERSION) as the caller of
+// ctx sees it — its own templates first, then the admin's catalogue —
+// building a builtin one on first use.
 func (m *Manager) template(ctx context.Context, name string) (templates.Template, error) {
-	t, err := m.templates.Get(ctx, name)
-	if err == nil || !errdefs.IsNotFound(err) {
-		return t, err
+	for _, q := range tenant.From(ctx).Lookup(name, true) {
+		t, err := m.templates.Get(ctx, q)
+		if err == nil || !errdefs.IsNotFound(err) {
+			return t, err
+		}
+	}
+	if _, ok := templates.BuiltinSpec(name); !ok {
+		return templates.Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
 	}
 	m.log.InfoContext(ctx, "building template on first use", "template", name)
 	return m.templates.Build(ctx, api.BuildTemplateRequest{Name: name}, func(ev api.BuildEvent) {
@@ -332,7 +347,7 @@ func (m *Manager) watch(b *box, rt runtime.Sandbox) {
 // attached to it end. Deleting is idempotent only in effect: a second call
 // returns ErrNotFound.
 func (m *Manager) DeleteSandbox(ctx context.Context, id string) error {
-	b, err := m.get(id)
+	b, err := m.get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -405,8 +420,8 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 // caller must call release. A paused or hibernated sandbox is woken first:
 // this is the single entry of every exec, file and attach call, so every
 // call wakes a sleeping sandbox transparently.
-func (m *Manager) acquire(id string) (*box, func(), error) {
-	b, err := m.get(id)
+func (m *Manager) acquire(ctx context.Context, id string) (*box, func(), error) {
+	b, err := m.get(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -53,13 +53,13 @@ func (m *Manager) resolveState(ctx context.Context, ref string) (fsState, error)
 	}
 	switch kind {
 	case "sandbox":
-		return m.sandboxState(name)
+		return m.sandboxState(ctx, name)
 	case "checkpoint":
 		return m.checkpointState(ctx, name)
 	case "template":
 		return m.templateState(ctx, name)
 	case "":
-		if s, err := m.sandboxState(name); !errdefs.IsNotFound(err) {
+		if s, err := m.sandboxState(ctx, name); !errdefs.IsNotFound(err) {
 			return s, err
 		}
 		if s, err := m.checkpointState(ctx, name); !errdefs.IsNotFound(err) {
@@ -73,8 +73,8 @@ func (m *Manager) resolveState(ctx context.Context, ref string) (fsState, error)
 	return fsState{}, fmt.Errorf("ref %q: unknown kind %q (sandbox, checkpoint, template): %w", ref, kind, errdefs.ErrInvalidArgument)
 }
 
-func (m *Manager) sandboxState(id string) (fsState, error) {
-	b, err := m.get(id)
+func (m *Manager) sandboxState(ctx context.Context, id string) (fsState, error) {
+	b, err := m.get(ctx, id)
 	if err != nil {
 		return fsState{}, err
 	}
@@ -103,32 +103,11 @@ func (m *Manager) checkpointState(ctx context.Context, ref string) (fsState, err
 
 // findCheckpoint finds a checkpoint by id, else the newest of that name.
 func (m *Manager) findCheckpoint(ctx context.Context, ref string) (store.CheckpointRecord, error) {
-	cs, _, err := m.checkpoints()
-	if err != nil {
-		return store.CheckpointRecord{}, err
-	}
-	rec, err := cs.GetCheckpoint(ctx, ref)
-	if err == nil || !errdefs.IsNotFound(err) {
-		return rec, err
-	}
-	recs, lerr := cs.ListCheckpoints(ctx)
-	if lerr != nil {
-		return store.CheckpointRecord{}, lerr
-	}
-	var found *store.CheckpointRecord
-	for i, r := range recs {
-		if r.Checkpoint.Name == ref && (found == nil || r.Checkpoint.CreatedAt.After(found.Checkpoint.CreatedAt)) {
-			found = &recs[i]
-		}
-	}
-	if found == nil {
-		return store.CheckpointRecord{}, err
-	}
-	return *found, nil
+	return m.findCheckpointNamed(ctx, ref, nil)
 }
 
 func (m *Manager) templateState(ctx context.Context, name string) (fsState, error) {
-	t, err := m.templates.Get(ctx, name)
+	t, err := m.template(ctx, name)
 	if err != nil {
 		return fsState{}, err
 	}
@@ -282,7 +261,7 @@ func isText(b []byte) bool { return !bytes.ContainsRune(b, 0) && utf8.Valid(b) }
 // from inside (layers.View.Hash), read on the host with its lifecycle lock
 // held shared.
 func (m *Manager) TreeHash(ctx context.Context, id string) (api.TreeHash, error) {
-	s, err := m.sandboxState(id)
+	s, err := m.sandboxState(ctx, id)
 	if err != nil {
 		return api.TreeHash{}, err
 	}

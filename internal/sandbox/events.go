@@ -24,7 +24,7 @@ func (m *Manager) RecordEvent(ctx context.Context, ev api.SandboxEvent) error {
 	if err := validEvent(ev); err != nil {
 		return err
 	}
-	if _, err := m.get(ev.SandboxID); err != nil {
+	if _, err := m.get(ctx, ev.SandboxID); err != nil {
 		return err
 	}
 	if ev.Time.IsZero() {
@@ -56,13 +56,13 @@ func (m *Manager) RecordEvent(ctx context.Context, ev api.SandboxEvent) error {
 
 // SandboxEvents returns the recorded events of sandbox id, oldest first.
 func (m *Manager) SandboxEvents(ctx context.Context, id string) ([]api.SandboxEvent, error) {
-	if _, err := m.get(id); err != nil {
+	if _, err := m.get(ctx, id); err != nil {
 		return nil, err
 	}
 	m.sec.mu.Lock()
 	defer m.sec.mu.Unlock()
 	for sid := range m.sec.events {
-		if _, err := m.get(sid); err != nil {
+		if _, err := m.get(ctx, sid); err != nil {
 			delete(m.sec.events, sid) // sandbox gone: forget its events
 		}
 	}

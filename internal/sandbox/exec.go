@@ -47,10 +47,13 @@ func (m *Manager) execRequest(b *box, req api.ExecRequest) (api.ExecRequest, err
 
 // Exec starts a process in the sandbox and streams its events.
 func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (ExecStream, error) {
+	if err := m.admitExec(ctx, id); err != nil {
+		return nil, err
+	}
 	if req.CheckpointBefore || req.RollbackOnFailure {
 		return m.execTransaction(ctx, id, req)
 	}
-	b, release, err := m.acquire(id)
+	b, release, err := m.acquire(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +80,10 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 	if req.CheckpointBefore || req.RollbackOnFailure {
 		return api.Process{}, fmt.Errorf("starting process in sandbox %s: checkpoint_before and rollback_on_failure need a foreground exec: %w", id, errdefs.ErrInvalidArgument)
 	}
-	b, release, err := m.acquire(id)
+	if err := m.admitExec(ctx, id); err != nil {
+		return api.Process{}, err
+	}
+	b, release, err := m.acquire(ctx, id)
 	if err != nil {
 		return api.Process{}, err
 	}
@@ -103,7 +109,7 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 // Attach streams a process's output (replaying what it buffered when
 // replay is set) until it exits.
 func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (ExecStream, error) {
-	b, release, err := m.acquire(id)
+	b, release, err := m.acquire(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +124,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (
 // ListProcesses lists the processes started through exec.
 func (m *Manager) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
 	var out []api.Process
-	err := m.withGuest(id, "listing processes", func(g *client.Client) (err error) {
+	err := m.withGuest(ctx, id, "listing processes", func(g *client.Client) (err error) {
 		out, err = g.Processes(ctx)
 		return err
 	})
@@ -128,29 +134,29 @@ func (m *Manager) ListProcesses(ctx context.Context, id string) ([]api.Process, 
 // WriteStdin copies r to a process's stdin, closing it afterwards when
 // closeAfter is set.
 func (m *Manager) WriteStdin(ctx context.Context, id string, pid int, r io.Reader, closeAfter bool) error {
-	return m.withGuest(id, fmt.Sprintf("writing stdin of process %d", pid), func(g *client.Client) error {
+	return m.withGuest(ctx, id, fmt.Sprintf("writing stdin of process %d", pid), func(g *client.Client) error {
 		return g.WriteStdin(ctx, pid, r, closeAfter)
 	})
 }
 
 // Signal sends a signal to a process's group.
 func (m *Manager) Signal(ctx context.Context, id string, pid int, sig string) error {
-	return m.withGuest(id, fmt.Sprintf("signalling process %d", pid), func(g *client.Client) error {
+	return m.withGuest(ctx, id, fmt.Sprintf("signalling process %d", pid), func(g *client.Client) error {
 		return g.Signal(ctx, pid, sig)
 	})
 }
 
 // Resize changes a process's terminal size.
 func (m *Manager) Resize(ctx context.Context, id string, pid int, tty api.TTY) error {
-	return m.withGuest(id, fmt.Sprintf("resizing process %d", pid), func(g *client.Client) error {
+	return m.withGuest(ctx, id, fmt.Sprintf("resizing process %d", pid), func(g *client.Client) error {
 		return g.Resize(ctx, pid, tty)
 	})
 }
 
 // withGuest runs fn against the guest of a running sandbox while holding
 // its lifecycle lock shared, and wraps fn's error with what and the id.
-func (m *Manager) withGuest(id, what string, fn func(*client.Client) error) error {
-	b, release, err := m.acquire(id)
+func (m *Manager) withGuest(ctx context.Context, id, what string, fn func(*client.Client) error) error {
+	b, release, err := m.acquire(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ func (m *Manager) ReadFile(ctx context.Context, id, path string) (io.ReadCloser,
 		rc   io.ReadCloser
 		info api.FileInfo
 	)
-	err := m.withGuest(id, "reading "+path, func(g *client.Client) (err error) {
+	err := m.withGuest(ctx, id, "reading "+path, func(g *client.Client) (err error) {
 		rc, info, err = g.ReadFile(ctx, path)
 		return err
 	})
@@ -29,7 +29,7 @@ func (m *Manager) ReadFile(ctx context.Context, id, path string) (io.ReadCloser,
 // WriteFile streams r into a file, replacing it atomically.
 func (m *Manager) WriteFile(ctx context.Context, id, path string, mode uint32, parents bool, r io.Reader) (api.FileInfo, error) {
 	var info api.FileInfo
-	err := m.withGuest(id, "writing "+path, func(g *client.Client) (err error) {
+	err := m.withGuest(ctx, id, "writing "+path, func(g *client.Client) (err error) {
 		info, err = g.WriteFile(ctx, path, mode, parents, r)
 		return err
 	})
@@ -39,7 +39,7 @@ func (m *Manager) WriteFile(ctx context.Context, id, path string, mode uint32, p
 // Stat describes one path (symlinks are not followed).
 func (m *Manager) Stat(ctx context.Context, id, path string) (api.FileInfo, error) {
 	var info api.FileInfo
-	err := m.withGuest(id, "stat "+path, func(g *client.Client) (err error) {
+	err := m.withGuest(ctx, id, "stat "+path, func(g *client.Client) (err error) {
 		info, err = g.Stat(ctx, path)
 		return err
 	})
@@ -49,7 +49,7 @@ func (m *Manager) Stat(ctx context.Context, id, path string) (api.FileInfo, erro
 // List lists a directory.
 func (m *Manager) List(ctx context.Context, id, path string) ([]api.FileInfo, error) {
 	var out []api.FileInfo
-	err := m.withGuest(id, "listing "+path, func(g *client.Client) (err error) {
+	err := m.withGuest(ctx, id, "listing "+path, func(g *client.Client) (err error) {
 		out, err = g.List(ctx, path)
 		return err
 	})
@@ -59,7 +59,7 @@ func (m *Manager) List(ctx context.Context, id, path string) ([]api.FileInfo, er
 // Mkdir creates a directory.
 func (m *Manager) Mkdir(ctx context.Context, id string, req api.MkdirRequest) (api.FileInfo, error) {
 	var info api.FileInfo
-	err := m.withGuest(id, "creating directory "+req.Path, func(g *client.Client) (err error) {
+	err := m.withGuest(ctx, id, "creating directory "+req.Path, func(g *client.Client) (err error) {
 		info, err = g.Mkdir(ctx, req)
 		return err
 	})
@@ -68,14 +68,14 @@ func (m *Manager) Mkdir(ctx context.Context, id string, req api.MkdirRequest) (a
 
 // Move renames a path.
 func (m *Manager) Move(ctx context.Context, id string, req api.MoveRequest) error {
-	return m.withGuest(id, fmt.Sprintf("moving %s to %s", req.From, req.To), func(g *client.Client) error {
+	return m.withGuest(ctx, id, fmt.Sprintf("moving %s to %s", req.From, req.To), func(g *client.Client) error {
 		return g.Move(ctx, req)
 	})
 }
 
 // Remove removes a path, recursively when asked.
 func (m *Manager) Remove(ctx context.Context, id, path string, recursive bool) error {
-	return m.withGuest(id, "removing "+path, func(g *client.Client) error {
+	return m.withGuest(ctx, id, "removing "+path, func(g *client.Client) error {
 		return g.Remove(ctx, path, recursive)
 	})
 }
@@ -83,7 +83,7 @@ func (m *Manager) Remove(ctx context.Context, id, path string, recursive bool) e
 // ReadArchive streams a directory as a tar archive.
 func (m *Manager) ReadArchive(ctx context.Context, id, path string) (io.ReadCloser, error) {
 	var rc io.ReadCloser
-	err := m.withGuest(id, "archiving "+path, func(g *client.Client) (err error) {
+	err := m.withGuest(ctx, id, "archiving "+path, func(g *client.Client) (err error) {
 		rc, err = g.ReadArchive(ctx, path)
 		return err
 	})
@@ -92,7 +92,7 @@ func (m *Manager) ReadArchive(ctx context.Context, id, path string) (io.ReadClos
 
 // WriteArchive extracts a tar stream under a directory.
 func (m *Manager) WriteArchive(ctx context.Context, id, path string, r io.Reader) error {
-	return m.withGuest(id, "extracting into "+path, func(g *client.Client) error {
+	return m.withGuest(ctx, id, "extracting into "+path, func(g *client.Client) error {
 		return g.WriteArchive(ctx, path, r)
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Limits of a fork request.
@@ -56,7 +57,7 @@ func (m *Manager) ForkSandbox(ctx context.Context, id string, req api.ForkReques
 	if err := validateFork(&req); err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
-	b, unlock, err := m.lockRunning(id)
+	b, unlock, err := m.lockRunning(ctx, id)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
@@ -86,6 +87,12 @@ func (m *Manager) fork(ctx context.Context, ck store.CheckpointRecord, req api.F
 	if err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", ck.Checkpoint.ID, err)
 	}
+	// Forks belong to the checkpoint's tenant and count against its quotas.
+	_, release, err := m.admitSandboxes(ctx, ck.Checkpoint.Tenant, req.Count, ck.Resources.DiskBytes)
+	if err != nil {
+		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", ck.Checkpoint.ID, err)
+	}
+	defer release()
 	// One synced layer-metadata write references the checkpoint's layer
 	// for every fork (the forks then start concurrently); forks that do
 	// not come to be release theirs at the end.
@@ -158,6 +165,7 @@ func (m *Manager) forkOne(ctx context.Context, id string, ck store.CheckpointRec
 	rec := store.SandboxRecord{
 		Sandbox: api.Sandbox{
 			ID:         id,
+			Tenant:     tenant.Owner(ck.Checkpoint.Tenant),
 			Template:   ck.Checkpoint.Template,
 			TemplateID: ck.TemplateID,
 			State:      api.StateCreating,

@@ -382,8 +382,8 @@ func (m *Manager) idleStep(b *box, gen uint64) {
 
 // lockLive takes sandbox id's lifecycle lock exclusively; it must not be
 // deleted. The caller calls unlock.
-func (m *Manager) lockLive(id string) (*box, func(), error) {
-	b, err := m.get(id)
+func (m *Manager) lockLive(ctx context.Context, id string) (*box, func(), error) {
+	b, err := m.get(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -402,7 +402,7 @@ func (m *Manager) lockLive(id string) (*box, func(), error) {
 // kept. Pausing a paused sandbox does nothing; any other state is
 // ErrConflict. Backends without runtime.Pauser: ErrFailedPrecondition.
 func (m *Manager) PauseSandbox(ctx context.Context, id string) (api.Sandbox, error) {
-	b, unlock, err := m.lockLive(id)
+	b, unlock, err := m.lockLive(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -417,7 +417,7 @@ func (m *Manager) PauseSandbox(ctx context.Context, id string) (api.Sandbox, err
 // process, keeping its filesystem on disk. Hibernating a hibernated
 // sandbox does nothing.
 func (m *Manager) HibernateSandbox(ctx context.Context, id string) (api.Sandbox, error) {
-	b, unlock, err := m.lockLive(id)
+	b, unlock, err := m.lockLive(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -432,7 +432,7 @@ func (m *Manager) HibernateSandbox(ctx context.Context, id string) (api.Sandbox,
 // stopped or failed one is restarted on its filesystem. Resuming a running
 // sandbox does nothing.
 func (m *Manager) ResumeSandbox(ctx context.Context, id string) (api.Sandbox, error) {
-	b, unlock, err := m.lockLive(id)
+	b, unlock, err := m.lockLive(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -445,7 +445,7 @@ func (m *Manager) ResumeSandbox(ctx context.Context, id string) (api.Sandbox, er
 
 // SandboxTransitions returns sandbox id's newest transitions, oldest first.
 func (m *Manager) SandboxTransitions(ctx context.Context, id string) ([]api.Transition, error) {
-	b, err := m.get(id)
+	b, err := m.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -445,7 +445,7 @@ func TestIdlePersistentHibernatesAndWakesOnUse(t *testing.T) {
 func TestIdleActivityHolds(t *testing.T) {
 	m, clk, _ := newTestManager(t)
 	id := createTest(t, m, api.CreateSandboxRequest{Idle: &api.IdlePolicy{PauseAfterSeconds: 60}})
-	b, err := m.get(id)
+	b, err := m.get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

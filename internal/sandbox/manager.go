@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Config configures a Manager.
@@ -71,6 +72,7 @@ type Manager struct {
 	lc        lifecycleState
 	pools     poolState  // warm pools; see pool.go
 	lim       limitState // OOM reporting; see limits.go
+	quotas    quotaState // tenants' quotas; see tenancy.go
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -159,10 +161,11 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 // ListSandboxes returns the sandboxes whose labels include every pair in
 // labels, oldest first.
 func (m *Manager) ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error) {
+	p := tenant.From(ctx)
 	m.mu.Lock()
 	boxes := make([]*box, 0, len(m.sandboxes))
 	for _, b := range m.sandboxes {
-		if !b.pooled() {
+		if !b.pooled() && p.Sees(b.owner()) {
 			boxes = append(boxes, b)
 		}
 	}
@@ -194,7 +197,7 @@ func matchLabels(have, want map[string]string) bool {
 
 // GetSandbox returns one sandbox.
 func (m *Manager) GetSandbox(ctx context.Context, id string) (api.Sandbox, error) {
-	b, err := m.get(id)
+	b, err := m.get(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -203,16 +206,25 @@ func (m *Manager) GetSandbox(ctx context.Context, id string) (api.Sandbox, error
 	return sb, nil
 }
 
-// get returns sandbox id; a pooled sandbox (not handed out yet) is
-// ErrNotFound like an unknown id.
-func (m *Manager) get(id string) (*box, error) {
+// get returns sandbox id for the caller of ctx. A pooled sandbox (not
+// handed out yet) and another tenant's sandbox are ErrNotFound, exactly
+// like an unknown id: this is where tenants are kept apart, since every
+// call naming a sandbox comes through here.
+func (m *Manager) get(ctx context.Context, id string) (*box, error) {
 	m.mu.Lock()
 	b, ok := m.sandboxes[id]
 	m.mu.Unlock()
-	if !ok || b.pooled() {
+	if !ok || b.pooled() || !tenant.From(ctx).Sees(b.owner()) {
 		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	return b, nil
+}
+
+// owner is the tenant the sandbox belongs to.
+func (b *box) owner() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return tenant.Owner(b.rec.Sandbox.Tenant)
 }
 
 func (b *box) view() api.Sandbox {

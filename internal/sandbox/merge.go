@@ -92,11 +92,11 @@ func validateMerge(target string, req api.MergeRequest) error {
 // target and from: the fork base of one of them taken of the other, or the
 // fork base they share.
 func (m *Manager) mergeBase(ctx context.Context, target, from string) (store.CheckpointRecord, error) {
-	tb, err := m.get(target)
+	tb, err := m.get(ctx, target)
 	if err != nil {
 		return store.CheckpointRecord{}, err
 	}
-	fb, err := m.get(from)
+	fb, err := m.get(ctx, from)
 	if err != nil {
 		return store.CheckpointRecord{}, fmt.Errorf("source: %w", err)
 	}
@@ -229,7 +229,7 @@ func (m *Manager) Merge(ctx context.Context, target string, req api.MergeRequest
 	res := api.MergeResult{Base: base.Checkpoint.ID, Applied: []api.DiffChange{}, Conflicts: []api.MergeConflict{}}
 	var ours fsState
 	if req.DryRun {
-		if ours, err = m.sandboxState(target); err != nil {
+		if ours, err = m.sandboxState(ctx, target); err != nil {
 			return res, err
 		}
 	} else {
@@ -295,7 +295,7 @@ func (m *Manager) planMergeOf(ctx context.Context, base store.CheckpointRecord, 
 	if err != nil {
 		return mergePlan{}, fmt.Errorf("merge base: %w", err)
 	}
-	theirs, err := m.sandboxState(from)
+	theirs, err := m.sandboxState(ctx, from)
 	if err != nil {
 		return mergePlan{}, fmt.Errorf("merge source: %w", err)
 	}

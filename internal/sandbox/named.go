@@ -9,6 +9,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // CreateSandbox creates and starts a sandbox; see CreateOrGetSandbox.
@@ -34,7 +35,7 @@ func (m *Manager) CreateOrGetSandbox(ctx context.Context, req api.CreateSandboxR
 	}
 	m.lc.nameMu.Lock()
 	defer m.lc.nameMu.Unlock()
-	b := m.byName(req.Name)
+	b := m.byName(tenant.From(ctx).Tenant, req.Name)
 	if b == nil {
 		sb, err := m.createSandbox(ctx, req)
 		return sb, err == nil, err
@@ -53,13 +54,15 @@ func (m *Manager) CreateOrGetSandbox(ctx context.Context, req api.CreateSandboxR
 	return b.view(), false, nil
 }
 
-// byName returns the live sandbox named name, or nil.
-func (m *Manager) byName(name string) *box {
+// byName returns owner's live sandbox named name, or nil. Names are
+// unique per tenant: two tenants may each have a sandbox "dev".
+func (m *Manager) byName(owner, name string) *box {
+	owner = tenant.Owner(owner)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, b := range m.sandboxes {
 		b.mu.Lock()
-		match := !b.deleted && b.rec.Sandbox.Name == name
+		match := !b.deleted && b.rec.Sandbox.Name == name && tenant.Owner(b.rec.Sandbox.Tenant) == owner
 		b.mu.Unlock()
 		if match {
 			return b

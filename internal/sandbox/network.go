@@ -155,7 +155,7 @@ func networkEnv(sb api.Sandbox, env map[string]string) {
 
 // UpdateNetwork replaces a sandbox's network mode and policy at runtime.
 func (m *Manager) UpdateNetwork(ctx context.Context, id string, spec api.NetworkSpec) (api.Sandbox, error) {
-	b, release, err := m.acquire(id)
+	b, release, err := m.acquire(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -188,7 +188,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, id string, spec api.Network
 // EgressLog returns up to limit of a sandbox's newest egress records,
 // oldest first.
 func (m *Manager) EgressLog(ctx context.Context, id string, limit int) ([]api.EgressRecord, error) {
-	if _, err := m.get(id); err != nil {
+	if _, err := m.get(ctx, id); err != nil {
 		return nil, err
 	}
 	e := m.networkEdge()

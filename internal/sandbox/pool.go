@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Warm pools: per template, Size sandboxes are created ahead of need with
@@ -330,7 +331,7 @@ func (m *Manager) claim(ctx context.Context, req api.CreateSandboxRequest, tmpl 
 	}
 	for {
 		m.pools.mu.Lock()
-		p := m.pools.pools[req.Template]
+		p := m.pools.pools[tmpl.Name] // the resolved name: a tenant's own template of the same name has no pool
 		if m.pools.closed || p == nil || len(p.ready) == 0 {
 			m.pools.mu.Unlock()
 			return api.Sandbox{}, false
@@ -342,7 +343,7 @@ func (m *Manager) claim(ctx context.Context, req api.CreateSandboxRequest, tmpl 
 		sb, err := m.claimBox(ctx, b, req, tmpl)
 		// Refill after the claim: the new sandbox's start-up must not
 		// compete with the claim for the CPU and the store.
-		go m.fillPool(req.Template)
+		go m.fillPool(tmpl.Name)
 		if err == nil {
 			m.pools.mu.Lock()
 			p.claims++
@@ -391,6 +392,7 @@ func (m *Manager) claimBox(ctx context.Context, b *box, req api.CreateSandboxReq
 	now := m.cfg.Clock.Now().UTC()
 	b.mu.Lock()
 	sb := &b.rec.Sandbox
+	sb.Tenant = tenant.From(ctx).Tenant
 	sb.Template, sb.Env, sb.Labels = req.Template, env, cloneMap(req.Labels)
 	sb.Name, sb.Lifecycle, sb.Idle = req.Name, req.Lifecycle, req.Idle
 	sb.CreatedAt, sb.State, sb.ExpiresAt = time.Now().UTC(), api.StateRunning, nil

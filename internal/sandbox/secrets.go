@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Per-command secrets and per-run tokens.
@@ -39,8 +40,8 @@ const (
 	maxExecSecrets     = 32
 	defaultRunDeadline = time.Hour
 	maxRunDeadline     = 24 * time.Hour
-	// DefaultTenant is the tenant of every run until tenancy exists.
-	DefaultTenant = "admin"
+	// DefaultTenant is the tenant of runs of no other tenant.
+	DefaultTenant = api.AdminTenant
 )
 
 // SecretStore is the host-side secret store (internal/secrets.Store).
@@ -171,7 +172,8 @@ func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) 
 			return nil, fmt.Errorf("environment variable %s is set twice: %w", env, errdefs.ErrInvalidArgument)
 		}
 		seenEnv[env] = true
-		v, err := st.Secret(ctx, s.Name)
+		// The sandbox's tenant's secret, whoever runs the command.
+		v, err := st.Secret(tenant.WithPrincipal(ctx, tenant.Principal{Tenant: b.owner(), Scope: api.ScopeFull}), s.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -197,7 +199,7 @@ func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) 
 	}
 	r := &run{id: runIDOr(ctx), sandbox: id, boot: bootID(id, rt), rt: rt, expires: time.Now().Add(deadline), started: make(chan struct{})}
 	tok, err := tokens.Mint(secrets.RunClaims{
-		Tenant: DefaultTenant, Sandbox: id, Run: r.id, Boot: r.boot,
+		Tenant: b.owner(), Sandbox: id, Run: r.id, Boot: r.boot,
 		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(r.expires)},
 	})
 	if err != nil {
@@ -332,7 +334,7 @@ func (m *Manager) AuthorizeRun(ctx context.Context, sandboxID, token string) (se
 	if c.Sandbox != sandboxID {
 		return deny("minted for another sandbox")
 	}
-	b, err := m.get(sandboxID)
+	b, err := m.get(ctx, sandboxID)
 	if err != nil {
 		return deny("sandbox is gone")
 	}

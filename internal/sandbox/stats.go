@@ -14,7 +14,7 @@ import (
 // stopped) and a backend without counters are both ErrFailedPrecondition:
 // "no sample now".
 func (m *Manager) SandboxStats(ctx context.Context, id string) (runtime.Stats, error) {
-	b, err := m.get(id)
+	b, err := m.get(ctx, id)
 	if err != nil {
 		return runtime.Stats{}, err
 	}
@@ -42,7 +42,7 @@ func (m *Manager) SandboxStats(ctx context.Context, id string) (runtime.Stats, e
 // exit event, or with an error when the guest goes away (the sandbox is
 // hibernated, restarted or deleted).
 func (m *Manager) WatchProcess(ctx context.Context, id string, pid int) (ExecStream, error) {
-	b, err := m.get(id)
+	b, err := m.get(ctx, id)
 	if err != nil {
 		return nil, err
 	}

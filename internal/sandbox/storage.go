@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/oci"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Layer storage: the driver in use, chain depth and garbage collection.
@@ -120,7 +121,7 @@ func (m *Manager) ExportTemplate(ctx context.Context, name string) (io.ReadClose
 	if m.cfg.Layers == nil {
 		return nil, fmt.Errorf("export needs a layer store: %w", errdefs.ErrFailedPrecondition)
 	}
-	t, err := m.templates.Get(ctx, name)
+	t, err := m.template(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -130,11 +131,11 @@ func (m *Manager) ExportTemplate(ctx context.Context, name string) (io.ReadClose
 // ExportCheckpoint returns the OCI image archive of checkpoint cid: its
 // whole filesystem (template layers included); the caller closes it.
 func (m *Manager) ExportCheckpoint(ctx context.Context, cid string) (io.ReadCloser, error) {
-	cs, ls, err := m.checkpoints()
+	_, ls, err := m.checkpoints()
 	if err != nil {
 		return nil, err
 	}
-	rec, err := cs.GetCheckpoint(ctx, cid)
+	rec, err := m.checkpointRecord(ctx, cid)
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +156,9 @@ func (m *Manager) ImportTemplate(ctx context.Context, name string, r io.Reader) 
 // image layout (or unpacked `docker save`) directory path on the daemon
 // host.
 func (m *Manager) ImportTemplatePath(ctx context.Context, name, path string) (api.Template, error) {
+	if !tenant.From(ctx).IsAdmin() {
+		return api.Template{}, fmt.Errorf("importing from a daemon host path is for the admin tenant only; upload the archive instead: %w", errdefs.ErrPermissionDenied)
+	}
 	if !filepath.IsAbs(path) {
 		return api.Template{}, fmt.Errorf("image path %q must be absolute: %w", path, errdefs.ErrInvalidArgument)
 	}
@@ -176,12 +180,16 @@ func (m *Manager) importTemplate(ctx context.Context, name string, imp func(*lay
 	if err != nil {
 		return api.Template{}, fmt.Errorf("importing template %s: %w", name, err)
 	}
-	t, err := m.templates.Adopt(ctx, name, top.ID, res.Env)
+	p := tenant.From(ctx)
+	t, err := m.templates.Adopt(ctx, tenant.Qualify(p.Tenant, name), top.ID, res.Env)
 	if err != nil {
 		return api.Template{}, fmt.Errorf("importing template %s: %w", name, err)
 	}
-	m.log.InfoContext(ctx, "template imported", "template", name, "id", t.ID, "layers", res.Layers)
-	return t.API(), nil
+	m.log.InfoContext(ctx, "template imported", "template", t.Name, "id", t.ID, "layers", res.Layers)
+	a := t.API()
+	a.Tenant, _ = tenant.Split(t.Name)
+	a.Name = p.Visible(t.Name)
+	return a, nil
 }
 
 var layerNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)

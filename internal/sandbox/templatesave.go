@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // SaveTemplate freezes sandbox id's filesystem as a new immutable version
@@ -19,7 +20,7 @@ func (m *Manager) SaveTemplate(ctx context.Context, id string, req api.SaveTempl
 	if m.cfg.Layers == nil {
 		return api.TemplateVersion{}, fmt.Errorf("saving templates needs a layer store: %w", errdefs.ErrFailedPrecondition)
 	}
-	b, unlock, err := m.lockRunning(id)
+	b, unlock, err := m.lockRunning(ctx, id)
 	if err != nil {
 		return api.TemplateVersion{}, err
 	}
@@ -38,17 +39,34 @@ func (m *Manager) SaveTemplate(ctx context.Context, id string, req api.SaveTempl
 	if err != nil {
 		return api.TemplateVersion{}, fmt.Errorf("saving sandbox %s: %w", id, err)
 	}
-	v, err := m.templates.Save(ctx, req.Name, layer.ID, env, id)
+	p := tenant.From(ctx)
+	v, err := m.templates.Save(ctx, tenant.Qualify(p.Tenant, req.Name), layer.ID, env, id)
 	if err != nil {
 		// The captured layer may be shared with a checkpoint of identical
 		// content; dropLayer removes it only when nothing holds it.
 		m.dropLayer(context.WithoutCancel(ctx), layer.ID, "")
 		return api.TemplateVersion{}, fmt.Errorf("saving sandbox %s as template %s: %w", id, req.Name, err)
 	}
+	v.Name = p.Visible(v.Name)
 	return v, nil
 }
 
-// TemplateVersions lists the versions of saved template name.
+// TemplateVersions lists the versions of saved template name, as the
+// caller of ctx sees it (its own first, then the catalogue's).
 func (m *Manager) TemplateVersions(ctx context.Context, name string) ([]api.TemplateVersion, error) {
-	return m.templates.Versions(ctx, name)
+	p := tenant.From(ctx)
+	err := fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	for _, q := range p.Lookup(name, true) {
+		var vs []api.TemplateVersion
+		if vs, err = m.templates.Versions(ctx, q); err == nil {
+			for i := range vs {
+				vs[i].Name = p.Visible(vs[i].Name)
+			}
+			return vs, nil
+		}
+		if !errdefs.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	return nil, err
 }

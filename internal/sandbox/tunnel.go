@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // TunnelHandler serves one connection a program inside sandboxID made to a
@@ -242,7 +243,9 @@ func (m *Manager) serveTunnel(ctx context.Context, b *box, tun tunnel, ports []i
 			}
 			go func() {
 				defer func() { <-sem }()
-				r.handler(sctx, id, conn)
+				// Calls made for a connection from inside the sandbox act
+				// as its tenant (secrets, bridge calls).
+				r.handler(tenant.WithPrincipal(sctx, tenant.Principal{Tenant: b.owner(), Scope: api.ScopeFull}), id, conn)
 			}()
 		}
 	}()

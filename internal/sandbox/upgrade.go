@@ -153,7 +153,7 @@ func (m *Manager) UpgradeSandbox(ctx context.Context, id string, req api.Upgrade
 	if err != nil {
 		return api.UpgradeResult{}, fmt.Errorf("upgrading sandbox %s: %w", id, err)
 	}
-	b, unlock, err := m.lockLive(id)
+	b, unlock, err := m.lockLive(ctx, id)
 	if err != nil {
 		return api.UpgradeResult{}, err
 	}

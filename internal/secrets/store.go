@@ -28,8 +28,10 @@ const (
 	maxSecrets    = 4096
 )
 
-// NameRE is the shape of a secret name.
-var NameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+// NameRE is the shape of a stored secret name: a tenant's secrets are
+// stored as "<tenant>~<name>" (internal/tenant.Qualify), the admin's as
+// "<name>". Clients only ever give the unqualified part.
+var NameRE = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,31}~)?[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 const (
 	purposeStore = "agentbox secrets store v1"

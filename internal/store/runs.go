@@ -48,6 +48,9 @@ type PipelineStore interface {
 
 // RunFilter selects run records; zero fields match everything.
 type RunFilter struct {
+	// Tenant keeps the runs of one tenant ("admin" also matches records
+	// without a tenant).
+	Tenant  string
 	Sandbox string
 	Trigger string
 	// Since keeps runs started at or after it.
@@ -58,7 +61,8 @@ type RunFilter struct {
 
 // Match reports whether r passes f (Limit aside).
 func (f RunFilter) Match(r api.Run) bool {
-	return (f.Sandbox == "" || r.Sandbox == f.Sandbox) &&
+	return (f.Tenant == "" || r.Tenant == f.Tenant || (r.Tenant == "" && f.Tenant == api.AdminTenant)) &&
+		(f.Sandbox == "" || r.Sandbox == f.Sandbox) &&
 		(f.Trigger == "" || r.Trigger == f.Trigger) &&
 		(f.Since.IsZero() || !r.StartedAt.Before(f.Since))
 }

@@ -43,6 +43,20 @@ var (
 	packageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
 )
 
+// BuiltinBase reports whether s is a builtin base (busybox, debian:...)
+// rather than a template name; it fails for a template name or a
+// malformed base.
+func BuiltinBase(s string) (bool, error) {
+	b, err := parseBase(s)
+	if err != nil {
+		return false, err
+	}
+	if b.kind == baseTemplate {
+		return false, fmt.Errorf("base %q is a template name: %w", s, errdefs.ErrInvalidArgument)
+	}
+	return true, nil
+}
+
 func parseBase(s string) (base, error) {
 	switch s {
 	case "busybox", "scratch+busybox":

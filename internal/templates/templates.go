@@ -113,6 +113,9 @@ func Builtin() []api.TemplateSpec {
 	}
 }
 
+// BuiltinSpec returns the builtin spec called name.
+func BuiltinSpec(name string) (api.TemplateSpec, bool) { return builtin(name) }
+
 func builtin(name string) (api.TemplateSpec, bool) {
 	for _, s := range Builtin() {
 		if s.Name == name {
@@ -233,7 +236,10 @@ func writeJSON(path string, v any) error {
 	return renameio.WriteFile(path, data, 0o600)
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+// nameRE is the shape of a stored template name: a tenant's templates are
+// stored as "<tenant>~<name>" (internal/tenant.Qualify), the admin's as
+// "<name>". Clients only ever send the unqualified part.
+var nameRE = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,31}~)?[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // Validate checks a spec's syntax (not whether its base exists).
 func Validate(spec api.TemplateSpec) error {

@@ -1,0 +1,121 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
+)
+
+// tenantAPI is the tenant registry as the HTTP edge sees it
+// (httpapi.TenantService); the registry also authenticates TCP callers
+// and admits sandboxes and runs against quotas.
+type tenantAPI struct {
+	reg  *tenant.Registry
+	mgr  *sandbox.Manager
+	pipe *pipelineAPI
+}
+
+var _ httpapi.TenantService = service{}
+
+// setupTenants opens the tenant registry and connects its quotas: the
+// Manager counts sandboxes and disk, the pipeline's run records meter CPU.
+func setupTenants(ctx context.Context, st *store.Bolt, mgr *sandbox.Manager, pipe *pipelineAPI, log *slog.Logger) (*tenantAPI, error) {
+	reg, err := tenant.Open(ctx, st, log)
+	if err != nil {
+		return nil, err
+	}
+	reg.SetMeters(tenant.Meters{
+		Holdings: mgr.Holdings,
+		CPUSeconds: func(ctx context.Context, t string, since time.Time) (float64, error) {
+			runs, err := pipe.p.List(tenant.WithPrincipal(ctx, tenant.Admin), store.RunFilter{Tenant: t, Since: since})
+			if err != nil {
+				return 0, err
+			}
+			var sum float64
+			for _, r := range runs {
+				sum += r.Usage.CPUSeconds
+			}
+			return sum, nil
+		},
+	})
+	mgr.SetQuotas(reg)
+	return &tenantAPI{reg: reg, mgr: mgr, pipe: pipe}, nil
+}
+
+// CreateTenant implements httpapi.TenantService.
+func (x *tenantAPI) CreateTenant(ctx context.Context, req api.CreateTenantRequest) (api.Tenant, error) {
+	return x.reg.CreateTenant(ctx, req)
+}
+
+// ListTenants implements httpapi.TenantService.
+func (x *tenantAPI) ListTenants(ctx context.Context) ([]api.Tenant, error) {
+	return x.reg.Tenants(tenant.From(ctx)), nil
+}
+
+// GetTenant implements httpapi.TenantService: the tenant with what counts
+// against its quotas now.
+func (x *tenantAPI) GetTenant(ctx context.Context, id string) (api.Tenant, error) {
+	t, err := x.reg.Tenant(tenant.From(ctx), id)
+	if err != nil {
+		return api.Tenant{}, err
+	}
+	u, err := x.reg.Usage(ctx, t)
+	if err != nil {
+		return api.Tenant{}, err
+	}
+	t.Usage = &u
+	return t, nil
+}
+
+// UpdateTenant implements httpapi.TenantService.
+func (x *tenantAPI) UpdateTenant(ctx context.Context, id string, q api.Quotas) (api.Tenant, error) {
+	return x.reg.UpdateTenant(ctx, id, q)
+}
+
+// DeleteTenant implements httpapi.TenantService: a tenant that still owns
+// sandboxes, schedules or hooks (which would create sandboxes for it) is
+// not deleted (ErrConflict). Its checkpoints, templates and secrets stay,
+// visible to the admin.
+func (x *tenantAPI) DeleteTenant(ctx context.Context, id string) error {
+	if !x.reg.Exists(id) || id == api.AdminTenant {
+		return fmt.Errorf("tenant %s: %w", id, errdefs.ErrNotFound)
+	}
+	if n, _ := x.mgr.Holdings(id); n > 0 {
+		return fmt.Errorf("tenant %s owns %d sandboxes; delete them first: %w", id, n, errdefs.ErrConflict)
+	}
+	as := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: id, Scope: api.ScopeFull})
+	if scheds, err := x.pipe.sched.List(as); err != nil {
+		return err
+	} else if len(scheds) > 0 {
+		return fmt.Errorf("tenant %s owns %d schedules; delete them first: %w", id, len(scheds), errdefs.ErrConflict)
+	}
+	if hooks, err := x.pipe.hooks.List(as); err != nil {
+		return err
+	} else if len(hooks) > 0 {
+		return fmt.Errorf("tenant %s owns %d webhooks; delete them first: %w", id, len(hooks), errdefs.ErrConflict)
+	}
+	return x.reg.DeleteTenant(ctx, id)
+}
+
+// CreateAPIKey implements httpapi.TenantService.
+func (x *tenantAPI) CreateAPIKey(ctx context.Context, req api.CreateAPIKeyRequest) (api.CreatedAPIKey, error) {
+	return x.reg.CreateKey(ctx, tenant.From(ctx), req)
+}
+
+// ListAPIKeys implements httpapi.TenantService.
+func (x *tenantAPI) ListAPIKeys(ctx context.Context) ([]api.APIKey, error) {
+	return x.reg.Keys(tenant.From(ctx)), nil
+}
+
+// RevokeAPIKey implements httpapi.TenantService.
+func (x *tenantAPI) RevokeAPIKey(ctx context.Context, id string) error {
+	return x.reg.RevokeKey(ctx, tenant.From(ctx), id)
+}

@@ -1,0 +1,165 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/tenant"
+)
+
+// Tenancy. Every sandbox records its tenant (api.Sandbox.Tenant); get is
+// the one place a call naming a sandbox is checked against the caller
+// (tenant.From(ctx)), and lists are filtered the same way. Checkpoints
+// belong to their sandbox's tenant. Templates and secrets are named per
+// tenant (tenant.Qualify). New sandboxes and runs are admitted against
+// their tenant's quotas.
+
+// Quotas admits new sandboxes and runs against their tenant's quotas
+// (internal/tenant.Registry). Both methods are safe for concurrent use and
+// fail with errdefs.ErrResourceExhausted (carrying a retry hint) when over.
+type Quotas interface {
+	// AdmitSandboxes reserves room for n sandboxes asking for disk bytes
+	// each (0: none asked) and returns the disk limit each must get;
+	// release is called once they exist or have failed.
+	AdmitSandboxes(ctx context.Context, tenant string, n int, disk int64) (diskEach int64, release func(), err error)
+	// AdmitRun checks the tenant's CPU quota.
+	AdmitRun(ctx context.Context, tenant string) error
+}
+
+// quotaState holds the Manager's Quotas.
+type quotaState struct {
+	// mu guards q.
+	mu sync.Mutex
+	q  Quotas
+}
+
+// SetQuotas connects quota admission. Without it nothing is limited.
+func (m *Manager) SetQuotas(q Quotas) {
+	m.quotas.mu.Lock()
+	defer m.quotas.mu.Unlock()
+	m.quotas.q = q
+}
+
+func (m *Manager) quotaAdmission() Quotas {
+	m.quotas.mu.Lock()
+	defer m.quotas.mu.Unlock()
+	return m.quotas.q
+}
+
+func (m *Manager) admitSandboxes(ctx context.Context, owner string, n int, disk int64) (int64, func(), error) {
+	q := m.quotaAdmission()
+	if q == nil {
+		return disk, func() {}, nil
+	}
+	return q.AdmitSandboxes(ctx, tenant.Owner(owner), n, disk)
+}
+
+func (m *Manager) admitRun(ctx context.Context, owner string) error {
+	q := m.quotaAdmission()
+	if q == nil {
+		return nil
+	}
+	return q.AdmitRun(ctx, tenant.Owner(owner))
+}
+
+// Holdings returns the number of owner's sandboxes (every state; pooled
+// ones belong to nobody yet) and the sum of their disk limits: the
+// figures its sandbox and disk quotas count.
+func (m *Manager) Holdings(owner string) (sandboxes int, diskBytes int64) {
+	owner = tenant.Owner(owner)
+	m.mu.Lock()
+	boxes := make([]*box, 0, len(m.sandboxes))
+	for _, b := range m.sandboxes {
+		boxes = append(boxes, b)
+	}
+	m.mu.Unlock()
+	for _, b := range boxes {
+		b.mu.Lock()
+		if !b.deleted && b.pool == "" && tenant.Owner(b.rec.Sandbox.Tenant) == owner {
+			sandboxes++
+			diskBytes += b.rec.Sandbox.Resources.DiskBytes
+		}
+		b.mu.Unlock()
+	}
+	return sandboxes, diskBytes
+}
+
+// admitExec checks the CPU quota of the tenant owning sandbox id (which
+// pays for what runs in it) before a process starts, without waking the
+// sandbox.
+func (m *Manager) admitExec(ctx context.Context, id string) error {
+	b, err := m.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := m.admitRun(ctx, b.owner()); err != nil {
+		return fmt.Errorf("exec in sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// TenantSecrets is a SecretStore whose names are the caller's own: every
+// method qualifies names with the tenant of ctx (tenant.Qualify), so a
+// tenant's secrets live in a namespace of their own and another tenant's
+// are not found. The admin sees and names every secret as stored.
+type TenantSecrets struct{ Store SecretStore }
+
+var _ SecretStore = TenantSecrets{}
+
+func secretNotFound(name string) error {
+	return fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
+}
+
+// Put implements SecretStore.
+func (s TenantSecrets) Put(ctx context.Context, name string, value []byte) (api.SecretInfo, error) {
+	p := tenant.From(ctx)
+	info, err := s.Store.Put(ctx, tenant.Qualify(p.Tenant, name), value)
+	if err != nil {
+		return api.SecretInfo{}, err
+	}
+	info.Tenant, _ = tenant.Split(info.Name)
+	info.Name = p.Visible(info.Name)
+	return info, nil
+}
+
+// Secret implements SecretStore.
+func (s TenantSecrets) Secret(ctx context.Context, name string) ([]byte, error) {
+	v, err := s.Store.Secret(ctx, tenant.Qualify(tenant.From(ctx).Tenant, name))
+	if errdefs.IsNotFound(err) {
+		return nil, secretNotFound(name)
+	}
+	return v, err
+}
+
+// List implements SecretStore: the caller's secrets (every one for the
+// admin).
+func (s TenantSecrets) List(ctx context.Context) ([]api.SecretInfo, error) {
+	all, err := s.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := tenant.From(ctx)
+	out := make([]api.SecretInfo, 0, len(all))
+	for _, info := range all {
+		owner, _ := tenant.Split(info.Name)
+		if !p.Sees(owner) {
+			continue
+		}
+		info.Tenant = owner
+		info.Name = p.Visible(info.Name)
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// Delete implements SecretStore.
+func (s TenantSecrets) Delete(ctx context.Context, name string) error {
+	err := s.Store.Delete(ctx, tenant.Qualify(tenant.From(ctx).Tenant, name))
+	if errdefs.IsNotFound(err) {
+		return secretNotFound(name)
+	}
+	return err
+}
