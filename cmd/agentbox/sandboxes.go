@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -71,9 +73,18 @@ func lsCmd(g *globals) *cobra.Command {
 			if g.json {
 				return printJSON(cmd.OutOrStdout(), infos)
 			}
+			// The TENANT column appears when the list holds another
+			// tenant's sandboxes (the admin's view on a shared daemon).
+			tenants := slices.ContainsFunc(infos, func(s api.Sandbox) bool { return s.Tenant != "" && s.Tenant != api.AdminTenant })
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
+			if tenants {
+				fmt.Fprint(tw, "TENANT\t")
+			}
 			fmt.Fprintln(tw, "ID\tTEMPLATE\tSTATE\tCREATED\tLABELS")
 			for _, s := range infos {
+				if tenants {
+					fmt.Fprintf(tw, "%s\t", cmp.Or(s.Tenant, api.AdminTenant))
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s\n", s.ID, s.Template, s.State,
 					humanDuration(time.Since(s.CreatedAt)), formatKV(s.Labels))
 			}
