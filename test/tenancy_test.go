@@ -400,17 +400,18 @@ func snapshotTenant(t *testing.T, d *daemon, o tenantObjects) string {
 	st, body = d.rawRequest(t, "GET", "/v1/templates/tenant-a~"+o.template+"/versions", nil)
 	add("template %d %s", st, body)
 	st, body = d.rawRequest(t, "GET", "/v1/keys", nil)
+	add("keys %d", st)
 	var keys api.APIKeyList
 	_ = json.Unmarshal(body, &keys)
 	for _, k := range keys.Keys {
 		add("key %s tenant=%s revoked=%v", k.ID, k.Tenant, k.RevokedAt != nil)
 	}
-	_ = st
 	st, body = d.rawRequest(t, "GET", "/v1/tenants/tenant-a", nil)
 	var tn api.Tenant
 	_ = json.Unmarshal(body, &tn)
 	add("tenant %d quotas=%+v", st, tn.Quotas)
 	st, body = d.rawRequest(t, "GET", "/v1/secrets", nil)
+	add("secrets %d", st)
 	var secs api.SecretList
 	_ = json.Unmarshal(body, &secs)
 	for _, s := range secs.Secrets {
