@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -69,9 +70,11 @@ func (b *Backend) Recover(ctx context.Context, spec runtime.Spec, raw []byte) (r
 	return newSandbox(b, spec, cg, st, done), nil
 }
 
-// watchPidfd returns a channel closed when the process behind pidfd exits.
-// The pidfd is registered with the Go netpoller (it is non-blocking and
-// pollable), so no thread blocks on it. It takes ownership of pidfd.
+// watchPidfd returns a channel closed when the process behind pidfd exits,
+// and only then: the Manager takes it for the guest's death and records the
+// sandbox stopped. The pidfd is registered with the Go netpoller (it is
+// non-blocking and pollable), so no thread blocks on it. It takes ownership
+// of pidfd.
 func watchPidfd(pidfd int) (<-chan struct{}, error) {
 	f := os.NewFile(uintptr(pidfd), "pidfd")
 	rc, err := f.SyscallConn()
@@ -83,12 +86,40 @@ func watchPidfd(pidfd int) (<-chan struct{}, error) {
 	go func() {
 		defer close(done)
 		defer f.Close()
-		_ = rc.Read(func(fd uintptr) bool {
-			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
-			return err != nil || n > 0
+		err := rc.Read(func(fd uintptr) bool { return pidfdExited(int(fd), 0) })
+		if err == nil {
+			return
+		}
+		// The netpoller cannot wait on it (registration failed): block
+		// this goroutine's thread in poll instead.
+		_ = rc.Control(func(fd uintptr) {
+			for !pidfdExited(int(fd), -1) {
+				time.Sleep(100 * time.Millisecond)
+			}
 		})
 	}()
 	return done, nil
+}
+
+// poll is unix.Poll; tests make it fail.
+var poll = unix.Poll
+
+// pidfdExited polls pidfd with timeout (milliseconds; -1 blocks) and
+// reports whether its process has exited (the pidfd is readable). poll
+// fails with EINTR when a signal arrives meanwhile, even with a zero
+// timeout (the Go runtime's preemption signal, SIGCHLD of the daemon's
+// children); that is asked again, never taken for an exit, nor is any
+// other failure to ask: a guest wrongly seen dead is recorded stopped, and
+// reaped at the next start.
+func pidfdExited(fd, timeout int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := poll(fds, timeout)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0
+	}
 }
 
 // procStartTime returns field 22 (starttime, in clock ticks since boot) of
