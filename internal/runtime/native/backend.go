@@ -95,6 +95,7 @@ func New(cfg Config) (*Backend, error) {
 		}
 	}
 	if cfg.Prespawn != nil {
+		b.removeZygoteCgroups(context.Background())
 		pool, err := newZygotePool(*cfg.Prespawn, mode, cfg.CgroupParent, b.log)
 		if err != nil {
 			return nil, err

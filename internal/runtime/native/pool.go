@@ -97,18 +97,8 @@ func newZygotePool(cfg Prespawn, mode, cgroupParent string, log *slog.Logger) (*
 			_ = os.Remove(f)
 		}
 	}
-	// Cgroups of such zygotes too.
-	if old, _ := filepath.Glob(filepath.Join(cgroupRoot, "freezer", cgroupParent, zygotePrefix+"*")); len(old) > 0 {
-		for _, dir := range old {
-			path := "/" + cgroupParent + "/" + filepath.Base(dir)
-			if cg, err := loadCgroup(mode, path); err == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
-				_ = cg.killAll(ctx)
-				cancel()
-				_ = cg.delete()
-			}
-		}
-	}
+	// (Their cgroups are removed by the backend before the pool starts:
+	// Backend.removeZygoteCgroups.)
 	p := &zygotePool{cfg: cfg, log: log, cgroupParent: cgroupParent}
 	go p.fill()
 	return p, nil

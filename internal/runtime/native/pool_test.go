@@ -3,9 +3,12 @@ package native
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +120,62 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// TestNewRemovesPartialZygoteCgroups checks that a backend starting with a
+// pool removes what an earlier daemon left of a zygote's cgroup in some
+// hierarchies only (killed while it renamed a claimed zygote's cgroup, or
+// deleted one, a hierarchy at a time), processes included.
+func TestNewRemovesPartialZygoteCgroups(t *testing.T) {
+	testutil.RequiresRoot(t)
+	if cgroupMode() == "v2" {
+		t.Skip("zygotes are kept on cgroup v1 hierarchies only")
+	}
+	roots := newBackendTB(t).hierarchyRoots()
+	if len(roots) < 2 {
+		t.Skipf("only %d v1 hierarchies", len(roots))
+	}
+	name := zygotePrefix + "left" + strconv.Itoa(os.Getpid())
+	var dirs []string
+	for _, root := range roots {
+		if filepath.Base(root) == "freezer" {
+			continue // gone already: renamed or deleted first
+		}
+		dir := filepath.Join(root, testCgroupParent, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+	}
+	t.Cleanup(func() {
+		for _, d := range dirs {
+			_ = os.Remove(d)
+		}
+	})
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = sleep.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = sleep.Process.Kill()
+		<-exited
+	})
+	if err := os.WriteFile(filepath.Join(dirs[0], "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	b := prespawnBackend(t, fixture(t).RunnerDir)
+	waitZygote(t, b) // its own zygote is not disturbed either
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("zygote cgroup dir %s left: %v", d, err)
+		}
+	}
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Error("the process left in the zygote cgroup was not killed")
+	}
 }

@@ -45,45 +45,25 @@ func (b *Backend) SweepOrphans(ctx context.Context, keep func(id string) bool) (
 	if b.parentLock == nil {
 		return nil, nil
 	}
-	seen := map[string]bool{}
-	for _, root := range b.hierarchyRoots() {
-		entries, err := os.ReadDir(filepath.Join(root, b.cgroupParent))
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			if e.IsDir() {
-				seen[e.Name()] = true
-			}
-		}
-	}
+	seen := b.childCgroups("*")
 	var (
 		swept []string
 		errs  []error
 	)
 	for name := range seen {
 		if strings.HasPrefix(name, zygotePrefix) {
-			// A pool removes an earlier daemon's zygotes when it
-			// starts; those left are its own, being started.
+			// An earlier daemon's zygotes were removed when this
+			// backend started (removeZygoteCgroups); with a pool,
+			// those left are its own.
 			if b.pool != nil {
 				continue
 			}
 		} else if !idPattern.MatchString(name) || keep(name) {
 			continue
 		}
-		cg, err := loadCgroup(b.mode, "/"+b.cgroupParent+"/"+name)
-		switch {
-		case err != nil:
-			// Gone from some hierarchies only (a crash mid-delete).
-			if err := b.removeCgroupDirs(ctx, name); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-		case cg.killAll(ctx) != nil || cg.delete() != nil:
-			if err := b.removeCgroupDirs(ctx, name); err != nil {
-				errs = append(errs, err)
-				continue
-			}
+		if err := b.removeCgroup(ctx, name); err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		b.log.WarnContext(ctx, "removed orphaned cgroup", "cgroup", "/"+b.cgroupParent+"/"+name)
 		swept = append(swept, name)
@@ -92,6 +72,53 @@ func (b *Backend) SweepOrphans(ctx context.Context, keep func(id string) bool) (
 		return swept, fmt.Errorf("sweeping cgroups under %s: %w", b.cgroupParent, errors.Join(errs...))
 	}
 	return swept, nil
+}
+
+// childCgroups returns the names of the cgroup directories under the
+// backend's parent, in any hierarchy, that match pattern (filepath.Match).
+func (b *Backend) childCgroups(pattern string) map[string]bool {
+	names := map[string]bool{}
+	for _, root := range b.hierarchyRoots() {
+		entries, err := os.ReadDir(filepath.Join(root, b.cgroupParent))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if ok, _ := filepath.Match(pattern, e.Name()); ok && e.IsDir() {
+				names[e.Name()] = true
+			}
+		}
+	}
+	return names
+}
+
+// removeCgroup kills every process in the cgroup <parent>/<name> and
+// removes it from every hierarchy, also when a crash left it in some
+// hierarchies only.
+func (b *Backend) removeCgroup(ctx context.Context, name string) error {
+	cg, err := loadCgroup(b.mode, "/"+b.cgroupParent+"/"+name)
+	if err == nil && cg.killAll(ctx) == nil && cg.delete() == nil {
+		return nil
+	}
+	// Gone from some hierarchies only (a crash mid-delete or mid-rename),
+	// or it would not go as a whole: directory by directory.
+	return b.removeCgroupDirs(ctx, name)
+}
+
+// removeZygoteCgroups kills what is left in, and removes, the cgroups of
+// an earlier daemon's zygotes. It looks in every hierarchy: a daemon
+// killed while it renamed a claimed zygote's cgroup to the sandbox's (one
+// hierarchy after the other) or deleted one (freezer first) leaves the
+// zygote's name in some hierarchies only.
+func (b *Backend) removeZygoteCgroups(ctx context.Context) {
+	for name := range b.childCgroups(zygotePrefix + "*") {
+		cctx, cancel := context.WithTimeout(ctx, teardownTimeout)
+		err := b.removeCgroup(cctx, name)
+		cancel()
+		if err != nil {
+			b.log.WarnContext(ctx, "removing an earlier daemon's zygote cgroup", "cgroup", "/"+b.cgroupParent+"/"+name, "err", err)
+		}
+	}
 }
 
 // removeCgroupDirs removes the cgroup <parent>/<name> directory by
