@@ -42,6 +42,40 @@ func (l *crashLedger) live() []string {
 	return out
 }
 
+// crashReport collects what the crash test found wrong so that the
+// reasons, with the seed, can be printed again after everything else the
+// test prints: the daemon log dumped at the end is long, and a CI log may
+// keep only its end.
+type crashReport struct {
+	t    *testing.T
+	mu   sync.Mutex
+	msgs []string
+}
+
+// errorf reports a failure in one line; detail (daemon log lines) is logged
+// after it, not inside it.
+func (r *crashReport) errorf(detail, format string, args ...any) {
+	r.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.msgs = append(r.msgs, msg)
+	r.mu.Unlock()
+	r.t.Error(msg)
+	if detail != "" {
+		r.t.Logf("daemon log lines about it:\n%s", detail)
+	}
+}
+
+// summary is every reason reported, one per line.
+func (r *crashReport) summary() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.msgs) == 0 {
+		return "  (see the errors above)"
+	}
+	return "  " + strings.Join(r.msgs, "\n  ")
+}
+
 // TestCrashDurability SIGKILLs the daemon at 20 random points of a
 // concurrent workload (create, exec, checkpoint, pause, delete) and
 // restarts it each time. After every restart: nothing acknowledged is lost,
@@ -60,6 +94,14 @@ func TestCrashDurability(t *testing.T) {
 		seed = n
 	}
 	t.Logf("seed %d (AGENTBOX_CRASH_SEED=%d replays it)", seed, seed)
+	r := &crashReport{t: t}
+	// Registered before the daemon's cleanup, so it runs after it: the
+	// reasons come after the daemon log dump.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("FAILED with seed %d (AGENTBOX_CRASH_SEED=%d replays it):\n%s", seed, seed, r.summary())
+		}
+	})
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 
 	parent := "abx-crash-" + randHex(4)
@@ -87,7 +129,7 @@ func TestCrashDurability(t *testing.T) {
 		close(stop)
 		wg.Wait()
 		d.start()
-		checkCrashInvariants(t, d, led, parent, fmt.Sprintf("round %d (killed after %v)", round, delay))
+		checkCrashInvariants(r, d, led, parent, fmt.Sprintf("round %d (killed after %v)", round, delay))
 		if t.Failed() {
 			return
 		}
@@ -105,12 +147,12 @@ func TestCrashDurability(t *testing.T) {
 	}
 	for _, sb := range sbs {
 		if err := sb.Delete(ctx); err != nil {
-			t.Errorf("delete %s: %v", sb.ID(), err)
+			r.errorf("", "delete %s: %v", sb.ID(), err)
 		}
 	}
 	for _, dir := range cgroupChildren(parent) {
 		if !strings.HasPrefix(filepath.Base(dir), ".zygote-") {
-			t.Errorf("cgroup left after deleting every sandbox: %s", dir)
+			r.errorf("", "cgroup left after deleting every sandbox: %s", dir)
 		}
 	}
 	d.stop(syscall.SIGTERM)
@@ -120,7 +162,7 @@ func TestCrashDurability(t *testing.T) {
 	d.stop(syscall.SIGKILL)
 	for _, dir := range cgroupChildren(parent) {
 		if pids := cgroupPids(dir); len(pids) > 0 && !strings.HasPrefix(filepath.Base(dir), ".zygote-") {
-			t.Errorf("processes %v left in %s", pids, dir)
+			r.errorf("", "processes %v left in %s", pids, dir)
 		}
 	}
 	d.start()
@@ -174,13 +216,14 @@ func crashWorker(c *agentbox.Client, led *crashLedger, rng *rand.Rand, stop <-ch
 	}
 }
 
-func checkCrashInvariants(t *testing.T, d *daemon, led *crashLedger, parent, when string) {
-	t.Helper()
+func checkCrashInvariants(r *crashReport, d *daemon, led *crashLedger, parent, when string) {
+	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sbs, err := d.client.List(ctx, nil)
 	if err != nil {
-		t.Fatalf("%s: list: %v", when, err)
+		r.errorf("", "%s: list: %v", when, err)
+		r.t.FailNow()
 	}
 	listed := map[string]string{}
 	for _, sb := range sbs {
@@ -194,12 +237,12 @@ func checkCrashInvariants(t *testing.T, d *daemon, led *crashLedger, parent, whe
 			continue
 		}
 		if !led.deleted[id] && listed[id] == "" {
-			t.Errorf("%s: acknowledged sandbox %s lost; its log:\n%s", when, id, logLinesWith(d, id))
+			r.errorf(logLinesWith(d, id), "%s: acknowledged sandbox %s lost", when, id)
 		}
 	}
 	for id := range led.deleted {
 		if listed[id] != "" {
-			t.Errorf("%s: sandbox %s listed after an acknowledged delete", when, id)
+			r.errorf(logLinesWith(d, id), "%s: sandbox %s listed after an acknowledged delete", when, id)
 		}
 	}
 	cks := make(map[string]string, len(led.checkpoints))
@@ -209,7 +252,7 @@ func checkCrashInvariants(t *testing.T, d *daemon, led *crashLedger, parent, whe
 	led.mu.Unlock()
 	for cid, sid := range cks {
 		if _, err := d.client.Checkpoint(ctx, cid); err != nil {
-			t.Errorf("%s: acknowledged checkpoint %s of %s lost: %v", when, cid, sid, err)
+			r.errorf(logLinesWith(d, cid), "%s: acknowledged checkpoint %s of %s lost: %v", when, cid, sid, err)
 		}
 	}
 
@@ -218,60 +261,60 @@ func checkCrashInvariants(t *testing.T, d *daemon, led *crashLedger, parent, whe
 		switch state {
 		case api.StateRunning:
 			if fs := freezerState(parent, id); fs != "" && fs != "THAWED" {
-				t.Errorf("%s: running sandbox %s has freezer state %s", when, id, fs)
+				r.errorf(logLinesWith(d, id), "%s: running sandbox %s has freezer state %s", when, id, fs)
 			}
 			res, err := d.client.Sandbox(id).Run(ctx, "echo alive")
 			if err != nil || strings.TrimSpace(string(res.Stdout)) != "alive" {
-				t.Errorf("%s: running sandbox %s does not answer exec: %v", when, id, err)
+				r.errorf(logLinesWith(d, id), "%s: running sandbox %s does not answer exec: %v", when, id, err)
 			}
 		case api.StatePaused:
 			if fs := freezerState(parent, id); fs != "FROZEN" {
-				t.Errorf("%s: paused sandbox %s has freezer state %q", when, id, fs)
+				r.errorf(logLinesWith(d, id), "%s: paused sandbox %s has freezer state %q", when, id, fs)
 			}
 		case api.StateHibernated:
 			if dirs := cgroupDirsUnder(parent, id); len(dirs) > 0 {
-				t.Errorf("%s: hibernated sandbox %s has cgroups %v", when, id, dirs)
+				r.errorf(logLinesWith(d, id), "%s: hibernated sandbox %s has cgroups %v", when, id, dirs)
 			}
 		default:
-			t.Errorf("%s: sandbox %s listed in state %q; its log:\n%s", when, id, state, logLinesWith(d, id))
+			r.errorf(logLinesWith(d, id), "%s: sandbox %s listed in state %q", when, id, state)
 		}
 	}
 
 	// Nothing leaked: every cgroup, socket and sandbox dir belongs to a
 	// listed sandbox (or to one of at most two zygotes).
-	zygotes := 0
+	var zygotes []string
 	for _, dir := range cgroupChildren(parent) {
 		name := filepath.Base(dir)
 		if strings.HasPrefix(name, ".zygote-") {
-			zygotes++
+			zygotes = append(zygotes, dir)
 			continue
 		}
 		if listed[name] == "" {
-			t.Errorf("%s: cgroup %s (processes %v) belongs to no listed sandbox; its log:\n%s", when, dir, cgroupPids(dir), logLinesWith(d, name))
+			r.errorf(logLinesWith(d, name), "%s: cgroup %s (processes %v) belongs to no listed sandbox", when, dir, cgroupPids(dir))
 		}
 	}
-	if n := len(hierarchyRoots()); n > 0 && zygotes/n > 2 {
-		t.Errorf("%s: %d zygote cgroups over %d hierarchies, want at most 2 zygotes", when, zygotes, n)
+	if n := len(hierarchyRoots()); n > 0 && len(zygotes)/n > 2 {
+		r.errorf("", "%s: %d zygote cgroups over %d hierarchies, want at most 2 zygotes: %v", when, len(zygotes), n, zygotes)
 	}
 	socks, _ := filepath.Glob(filepath.Join(filepath.Dir(d.socket), "sb", "*"))
-	nz := 0
+	var zsocks []string
 	for _, s := range socks {
 		name := filepath.Base(s)
 		if strings.HasPrefix(name, ".zygote-") {
-			nz++
+			zsocks = append(zsocks, name)
 			continue
 		}
 		if listed[strings.TrimSuffix(name, ".sock")] == "" {
-			t.Errorf("%s: guest socket %s belongs to no listed sandbox", when, s)
+			r.errorf(logLinesWith(d, strings.TrimSuffix(name, ".sock")), "%s: guest socket %s belongs to no listed sandbox", when, s)
 		}
 	}
-	if nz > 2 {
-		t.Errorf("%s: %d zygote sockets, want at most 2", when, nz)
+	if len(zsocks) > 2 {
+		r.errorf("", "%s: %d zygote sockets, want at most 2: %v", when, len(zsocks), zsocks)
 	}
 	dirs, _ := os.ReadDir(filepath.Join(d.dataDir, "sandboxes"))
 	for _, e := range dirs {
 		if !strings.HasPrefix(e.Name(), ".") && listed[e.Name()] == "" {
-			t.Errorf("%s: sandbox dir %s belongs to no listed sandbox", when, e.Name())
+			r.errorf(logLinesWith(d, e.Name()), "%s: sandbox dir %s belongs to no listed sandbox", when, e.Name())
 		}
 	}
 	// The daemon's own shared bind of its sandboxes dir (disk quotas) is
@@ -284,7 +327,7 @@ func checkCrashInvariants(t *testing.T, d *daemon, led *crashLedger, parent, whe
 		if rest, ok := strings.CutPrefix(m, sbDir+"/"); ok && listed[strings.SplitN(rest, "/", 2)[0]] != "" {
 			continue
 		}
-		t.Errorf("%s: host mount %s belongs to no listed sandbox", when, m)
+		r.errorf("", "%s: host mount %s belongs to no listed sandbox", when, m)
 	}
 }
 
