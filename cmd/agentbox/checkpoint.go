@@ -1,10 +1,9 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,11 +53,7 @@ func checkpointCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), ck)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), ck.ID)
-			return nil
+			return printResult(cmd, g.json, ck, ck.ID)
 		},
 	}
 	create.Flags().StringVarP(&name, "name", "n", "", "checkpoint name")
@@ -69,53 +64,21 @@ func checkpointCmd() *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List the checkpoints of a sandbox, or all",
 		Args:    cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var cks []agentbox.Checkpoint
-			if len(args) == 1 {
-				cks, err = c.Sandbox(args[0]).Checkpoints(cmd.Context())
-			} else {
-				cks, err = c.Checkpoints(cmd.Context())
-			}
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), cks)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSANDBOX\tSIZE\tCREATED\tLABELS")
-			for _, ck := range cks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%s\n", ck.ID, ck.Name, ck.SandboxID, humanBytes(ck.SizeBytes),
-					humanDuration(time.Since(ck.CreatedAt)), formatKV(ck.Labels))
-			}
-			return tw.Flush()
-		},
-	}
-
-	rm := &cobra.Command{
-		Use:     "rm CHECKPOINT...",
-		Aliases: []string{"delete"},
-		Short:   "Delete checkpoints (refused while a sandbox runs on one)",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := rootGlobals(cmd).client()
-			if err != nil {
-				return err
-			}
-			var errs []error
-			for _, id := range args {
-				if err := c.DeleteCheckpoint(cmd.Context(), id); err != nil {
-					errs = append(errs, err)
+		RunE: listing[agentbox.Checkpoint]{
+			fetch: func(ctx context.Context, c *agentbox.Client, args []string) ([]agentbox.Checkpoint, error) {
+				if len(args) == 1 {
+					return c.Sandbox(args[0]).Checkpoints(ctx)
 				}
-			}
-			return errors.Join(errs...)
-		},
+				return c.Checkpoints(ctx)
+			},
+			header: "ID\tNAME\tSANDBOX\tSIZE\tCREATED\tLABELS",
+			row: func(ck agentbox.Checkpoint) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s ago\t%s", ck.ID, ck.Name, ck.SandboxID, humanBytes(ck.SizeBytes),
+					humanDuration(time.Since(ck.CreatedAt)), formatKV(ck.Labels))
+			},
+		}.run,
 	}
+	rm := removeCommand("rm CHECKPOINT...", "Delete checkpoints (refused while a sandbox runs on one)", removeQuiet, (*agentbox.Client).DeleteCheckpoint)
 	cmd.AddCommand(create, ls, rm, checkpointExportCmd())
 	return cmd
 }
@@ -135,11 +98,7 @@ func restoreCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), res)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "restored %s to checkpoint %s in %d ms\n", args[0], res.Checkpoint, res.DurationMS)
-			return nil
+			return printResult(cmd, g.json, res, fmt.Sprintf("restored %s to checkpoint %s in %d ms", args[0], res.Checkpoint, res.DurationMS))
 		},
 	}
 }

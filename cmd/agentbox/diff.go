@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -171,39 +172,25 @@ func templateSaveCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), v)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (tree hash %s)\n", agentbox.TemplateRef(v.Name, v.Version), v.TreeHash)
-			return nil
+			return printResult(cmd, g.json, v, fmt.Sprintf("%s (tree hash %s)", agentbox.TemplateRef(v.Name, v.Version), v.TreeHash))
 		},
 	}
 }
 
-func templateVersionsCmd(g *globals) *cobra.Command {
+func templateVersionsCmd(_ *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "versions NAME",
 		Short: "List the versions of a saved template",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			vs, err := c.TemplateVersions(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), vs)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tID\tTREE HASH\tSIZE\tSOURCE\tCREATED")
-			for _, v := range vs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s ago\n", agentbox.TemplateRef(v.Name, v.Version), v.ID[:12], v.TreeHash[:16],
+		RunE: listing[agentbox.TemplateVersion]{
+			fetch: func(ctx context.Context, c *agentbox.Client, args []string) ([]agentbox.TemplateVersion, error) {
+				return c.TemplateVersions(ctx, args[0])
+			},
+			header: "VERSION\tID\tTREE HASH\tSIZE\tSOURCE\tCREATED",
+			row: func(v agentbox.TemplateVersion) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s ago", agentbox.TemplateRef(v.Name, v.Version), v.ID[:12], v.TreeHash[:16],
 					humanBytes(v.SizeBytes), v.Source, humanDuration(time.Since(v.CreatedAt)))
-			}
-			return tw.Flush()
-		},
+			},
+		}.run,
 	}
 }

@@ -1,14 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/api"
+	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
 func init() { extraCommands = append(extraCommands, egressCmd) }
@@ -23,36 +24,27 @@ func egressCmd() *cobra.Command {
 		Use:   "log SANDBOX",
 		Short: "List a sandbox's egress connections and intercepted requests, oldest first",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			recs, err := sb.EgressLog(cmd.Context(), limit)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), api.EgressLog{Records: recs})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tKIND\tDESTINATION\tREQUEST\tSTATUS\tDECISION\tRULE/REASON\tUP\tDOWN\tCREDENTIALS")
-			for _, r := range recs {
+		RunE: listing[api.EgressRecord]{
+			fetch: func(ctx context.Context, c *agentbox.Client, args []string) ([]api.EgressRecord, error) {
+				sb, err := c.Get(ctx, args[0])
+				if err != nil {
+					return nil, err
+				}
+				return sb.EgressLog(ctx, limit)
+			},
+			doc:    func(recs []api.EgressRecord) any { return api.EgressLog{Records: recs} },
+			header: "TIME\tKIND\tDESTINATION\tREQUEST\tSTATUS\tDECISION\tRULE/REASON\tUP\tDOWN\tCREDENTIALS",
+			row: func(r api.EgressRecord) string {
 				req, status := strings.TrimSpace(r.Method+" "+r.Path), ""
 				if r.Status != 0 {
 					status = fmt.Sprint(r.Status)
 				}
 				why := strings.TrimSpace(r.Rule + " " + r.Reason)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.Time.Local().Format("15:04:05"), r.Kind, r.Destination,
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s", r.Time.Local().Format("15:04:05"), r.Kind, r.Destination,
 					req, status, r.Decision, why, r.BytesUp, r.BytesDown, strings.Join(r.Credentials, ","))
-			}
-			return tw.Flush()
-		},
+			},
+			pad: 2,
+		}.run,
 	}
 	log.Flags().IntVar(&limit, "limit", 0, "newest N records only")
 	rule := func(verb string) *cobra.Command {

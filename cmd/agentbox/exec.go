@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -88,11 +87,7 @@ func execCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if g.json {
-					return printJSON(cmd.OutOrStdout(), p.Info())
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), p.Pid())
-				return nil
+				return printResult(cmd, g.json, p.Info(), strconv.Itoa(p.Pid()))
 			}
 			return runInteractive(cmd.Context(), cmd, sb, req, ef.interactive, ef.tty)
 		},
@@ -182,29 +177,17 @@ func killCmd(g *globals) *cobra.Command {
 	}
 }
 
-func psCmd(g *globals) *cobra.Command {
+func psCmd(_ *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ps ID",
 		Short: "List the processes started in a sandbox",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			procs, err := c.Sandbox(args[0]).Processes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.json {
-				if procs == nil {
-					procs = []api.Process{}
-				}
-				return printJSON(cmd.OutOrStdout(), procs)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "PID\tTTY\tSTATUS\tSTARTED\tCMD")
-			for _, p := range procs {
+		RunE: listing[api.Process]{
+			fetch: func(ctx context.Context, c *agentbox.Client, args []string) ([]api.Process, error) {
+				return c.Sandbox(args[0]).Processes(ctx)
+			},
+			header: "PID\tTTY\tSTATUS\tSTARTED\tCMD",
+			row: func(p api.Process) string {
 				status := "running"
 				if !p.Running {
 					status = "exited"
@@ -216,11 +199,9 @@ func psCmd(g *globals) *cobra.Command {
 				if p.TTY {
 					tty = "yes"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s ago\t%s\n", p.Pid, tty, status,
-					humanDuration(time.Since(p.StartedAt)), strings.Join(p.Cmd, " "))
-			}
-			return tw.Flush()
-		},
+				return fmt.Sprintf("%d\t%s\t%s\t%s ago\t%s", p.Pid, tty, status, humanDuration(time.Since(p.StartedAt)), strings.Join(p.Cmd, " "))
+			},
+		}.run,
 	}
 }
 

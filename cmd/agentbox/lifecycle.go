@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -64,26 +63,15 @@ func transitionsCmd() *cobra.Command {
 		Use:   "transitions ID",
 		Short: "Show a sandbox's state transitions and their causes",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			ts, err := c.Sandbox(args[0]).Transitions(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), ts)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "AT\tFROM\tTO\tCAUSE\tDETAIL")
-			for _, t := range ts {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.At.Local().Format(time.DateTime), t.From, t.To, t.Cause, t.Detail)
-			}
-			return tw.Flush()
-		},
+		RunE: listing[agentbox.Transition]{
+			fetch: func(ctx context.Context, c *agentbox.Client, args []string) ([]agentbox.Transition, error) {
+				return c.Sandbox(args[0]).Transitions(ctx)
+			},
+			header: "AT\tFROM\tTO\tCAUSE\tDETAIL",
+			row: func(t agentbox.Transition) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", t.At.Local().Format(time.DateTime), t.From, t.To, t.Cause, t.Detail)
+			},
+		}.run,
 	}
 }
 

@@ -1,13 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/api"
+	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
 // limitFlags are the create flags of the disk and open-files limits.
@@ -39,7 +40,7 @@ func (f *limitFlags) apply(r *api.Resources) error {
 	return nil
 }
 
-func templatePoolCmd(g *globals) *cobra.Command {
+func templatePoolCmd(_ *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "pool [NAME SIZE]",
 		Short: "Keep SIZE paused sandboxes of template NAME ready (0 removes the pool); without arguments, list the pools",
@@ -49,37 +50,25 @@ func templatePoolCmd(g *globals) *cobra.Command {
 			}
 			return nil
 		}),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var pools []api.Pool
-			if len(args) == 2 {
+		RunE: listing[api.Pool]{
+			fetch: func(ctx context.Context, c *agentbox.Client, args []string) ([]api.Pool, error) {
+				if len(args) == 0 {
+					return c.Pools(ctx)
+				}
 				size, err := strconv.Atoi(args[1])
 				if err != nil {
-					return fmt.Errorf("SIZE %q: %w", args[1], err)
+					return nil, fmt.Errorf("SIZE %q: %w", args[1], err)
 				}
-				p, err := c.SetPool(cmd.Context(), args[0], size)
+				p, err := c.SetPool(ctx, args[0], size)
 				if err != nil {
-					return err
+					return nil, err
 				}
-				pools = []api.Pool{p}
-			} else if pools, err = c.Pools(cmd.Context()); err != nil {
-				return err
-			}
-			if g.json {
-				if pools == nil {
-					pools = []api.Pool{}
-				}
-				return printJSON(cmd.OutOrStdout(), pools)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "TEMPLATE\tSIZE\tREADY\tFILLING\tCLAIMS")
-			for _, p := range pools {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", p.Template, p.Size, p.Ready, p.Filling, p.Claims)
-			}
-			return tw.Flush()
-		},
+				return []api.Pool{p}, nil
+			},
+			header: "TEMPLATE\tSIZE\tREADY\tFILLING\tCLAIMS",
+			row: func(p api.Pool) string {
+				return fmt.Sprintf("%s\t%d\t%d\t%d\t%d", p.Template, p.Size, p.Ready, p.Filling, p.Claims)
+			},
+		}.run,
 	}
 }

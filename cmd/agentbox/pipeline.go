@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,27 +24,18 @@ func runsCmd() *cobra.Command {
 		Use:   "runs [--sandbox ID] [--trigger api|schedule|webhook] [--limit N]",
 		Short: "List run records of every trigger (API, schedule, webhook), newest first",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			runs, err := c.Runs(cmd.Context(), q)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), api.RunList{Runs: runs})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tTRIGGER\tWHO\tSANDBOX\tSTATE\tEXIT\tDURATION\tCPU-S\tMEM-GB-S\tCOMMAND")
-			for _, r := range runs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.2fs\t%.3f\t%.3f\t%s\n", r.ID, r.Trigger, r.Who, r.Sandbox, r.State,
+		RunE: listing[agentbox.Run]{
+			fetch: func(ctx context.Context, c *agentbox.Client, _ []string) ([]agentbox.Run, error) {
+				return c.Runs(ctx, q)
+			},
+			doc:    func(runs []agentbox.Run) any { return api.RunList{Runs: runs} },
+			header: "RUN\tTRIGGER\tWHO\tSANDBOX\tSTATE\tEXIT\tDURATION\tCPU-S\tMEM-GB-S\tCOMMAND",
+			row: func(r agentbox.Run) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%.2fs\t%.3f\t%.3f\t%s", r.ID, r.Trigger, r.Who, r.Sandbox, r.State,
 					exitText(r), r.DurationSeconds, r.Usage.CPUSeconds, r.Usage.MemoryGBSeconds, clipText(commandText(r.Cmd, r.Command), 40))
-			}
-			return tw.Flush()
-		},
+			},
+			pad: 2,
+		}.run,
 	}
 	cmd.Flags().StringVar(&q.Sandbox, "sandbox", "", "only runs in this sandbox")
 	cmd.Flags().StringVar(&q.Trigger, "trigger", "", "only runs of this trigger: api, schedule or webhook")
@@ -216,11 +208,7 @@ daemon was down are skipped, or run once at start-up with
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), s)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), s.ID)
-			return nil
+			return printResult(cmd, g.json, s, s.ID)
 		},
 	}
 	af.register(create)
@@ -229,62 +217,24 @@ daemon was down are skipped, or run once at start-up with
 	create.Flags().StringVar(&missed, "missed", "", "missed-run policy: skip (default) or run_once")
 	_ = create.MarkFlagRequired("cron")
 
-	ls := &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List schedules",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
+	ls := lsCommand("List schedules", listing[agentbox.Schedule]{
+		fetch:  noArgs((*agentbox.Client).Schedules),
+		doc:    func(list []agentbox.Schedule) any { return api.ScheduleList{Schedules: list} },
+		header: "ID\tCRON\tTZ\tNEXT\tSANDBOX\tLAST RUN\tCOMMAND",
+		row: func(s agentbox.Schedule) string {
+			next := "-"
+			if s.NextRunAt != nil {
+				next = s.NextRunAt.Local().Format(time.RFC3339)
 			}
-			list, err := c.Schedules(cmd.Context())
-			if err != nil {
-				return err
+			where := s.Name
+			if where == "" {
+				where = "fresh " + s.Template
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), api.ScheduleList{Schedules: list})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tCRON\tTZ\tNEXT\tSANDBOX\tLAST RUN\tCOMMAND")
-			for _, s := range list {
-				next := "-"
-				if s.NextRunAt != nil {
-					next = s.NextRunAt.Local().Format(time.RFC3339)
-				}
-				where := s.Name
-				if where == "" {
-					where = "fresh " + s.Template
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Cron, s.Timezone, next, where, s.LastRunID, clipText(commandText(s.Cmd, s.Command), 40))
-			}
-			return tw.Flush()
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", s.ID, s.Cron, s.Timezone, next, where, s.LastRunID, clipText(commandText(s.Cmd, s.Command), 40))
 		},
-	}
-	rm := &cobra.Command{
-		Use:     "rm ID...",
-		Aliases: []string{"delete"},
-		Short:   "Delete schedules",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var errs []error
-			for _, id := range args {
-				if err := c.DeleteSchedule(cmd.Context(), id); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), id)
-			}
-			return reportAll(cmd, errs)
-		},
-	}
+		pad: 2,
+	})
+	rm := removeCommand("rm ID...", "Delete schedules", removeEcho, (*agentbox.Client).DeleteSchedule)
 	trigger := &cobra.Command{
 		Use:   "trigger ID",
 		Short: "Run a schedule now (the same path as a cron slot) and print the run",
@@ -341,66 +291,24 @@ once. The body is the command's stdin.`,
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), h)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s\n", h.ID, h.Secret)
-			return nil
+			return printResult(cmd, g.json, h, h.ID+"\n"+h.Secret)
 		},
 	}
 	af.register(create)
-	ls := &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List webhooks",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
+	ls := lsCommand("List webhooks", listing[agentbox.Hook]{
+		fetch:  noArgs((*agentbox.Client).Hooks),
+		doc:    func(list []agentbox.Hook) any { return api.HookList{Hooks: list} },
+		header: "ID\tSANDBOX\tLAST RUN\tCOMMAND",
+		row: func(h agentbox.Hook) string {
+			where := h.Name
+			if where == "" {
+				where = "fresh " + h.Template
 			}
-			list, err := c.Hooks(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), api.HookList{Hooks: list})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSANDBOX\tLAST RUN\tCOMMAND")
-			for _, h := range list {
-				where := h.Name
-				if where == "" {
-					where = "fresh " + h.Template
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.ID, where, h.LastRunID, clipText(commandText(h.Cmd, h.Command), 40))
-			}
-			return tw.Flush()
+			return fmt.Sprintf("%s\t%s\t%s\t%s", h.ID, where, h.LastRunID, clipText(commandText(h.Cmd, h.Command), 40))
 		},
-	}
-	rm := &cobra.Command{
-		Use:     "rm ID...",
-		Aliases: []string{"delete"},
-		Short:   "Delete webhooks",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var errs []error
-			for _, id := range args {
-				if err := c.DeleteHook(cmd.Context(), id); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), id)
-			}
-			return reportAll(cmd, errs)
-		},
-	}
+		pad: 2,
+	})
+	rm := removeCommand("rm ID...", "Delete webhooks", removeEcho, (*agentbox.Client).DeleteHook)
 	cmd.AddCommand(create, ls, rm)
 	return cmd
 }

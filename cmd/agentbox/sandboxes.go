@@ -35,11 +35,7 @@ func createCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), sb.Info())
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), sb.ID())
-			return nil
+			return printResult(cmd, g.json, sb.Info(), sb.ID())
 		},
 	}
 	sf.register(cmd)

@@ -2,18 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/agentbox/agentbox/api"
+	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
 func init() { extraCommands = append(extraCommands, secretCmd, eventsCmd) }
@@ -49,60 +50,19 @@ connector. One trailing newline of the input is dropped.`,
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), info)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), info.Name)
-			return nil
+			return printResult(cmd, g.json, info, info.Name)
 		},
 	}
 	set.Flags().StringVar(&fromFile, "from-file", "", "read the value from FILE, or from stdin with -")
-	ls := &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List secret names",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			list, err := c.Secrets(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), api.SecretList{Secrets: list})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tCREATED\tUPDATED")
-			for _, s := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.CreatedAt.Local().Format(time.DateTime), s.UpdatedAt.Local().Format(time.DateTime))
-			}
-			return tw.Flush()
+	ls := lsCommand("List secret names", listing[agentbox.SecretInfo]{
+		fetch:  noArgs((*agentbox.Client).Secrets),
+		doc:    func(list []agentbox.SecretInfo) any { return api.SecretList{Secrets: list} },
+		header: "NAME\tCREATED\tUPDATED",
+		row: func(s agentbox.SecretInfo) string {
+			return fmt.Sprintf("%s\t%s\t%s", s.Name, s.CreatedAt.Local().Format(time.DateTime), s.UpdatedAt.Local().Format(time.DateTime))
 		},
-	}
-	rm := &cobra.Command{
-		Use:     "rm NAME...",
-		Aliases: []string{"delete"},
-		Short:   "Delete secrets",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var errs []error
-			for _, name := range args {
-				if err := c.DeleteSecret(cmd.Context(), name); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			return errors.Join(errs...)
-		},
-	}
+	})
+	rm := removeCommand("rm NAME...", "Delete secrets", removeQuiet, (*agentbox.Client).DeleteSecret)
 	cmd.AddCommand(set, ls, rm)
 	return cmd
 }
@@ -164,25 +124,15 @@ func eventsCmd() *cobra.Command {
 		Use:   "events SANDBOX",
 		Short: "Show the events programs inside a sandbox sent through the API bridge",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			evs, err := c.Sandbox(args[0]).Events(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), api.SandboxEventList{Events: evs})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tRUN\tTYPE\tNAME\tVALUE\tMESSAGE")
-			for _, e := range evs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g\t%q\n", e.Time.Local().Format(time.TimeOnly), e.RunID, e.Type, e.Name, e.Value, e.Message)
-			}
-			return tw.Flush()
-		},
+		RunE: listing[agentbox.SandboxEvent]{
+			fetch: func(ctx context.Context, c *agentbox.Client, args []string) ([]agentbox.SandboxEvent, error) {
+				return c.Sandbox(args[0]).Events(ctx)
+			},
+			doc:    func(evs []agentbox.SandboxEvent) any { return api.SandboxEventList{Events: evs} },
+			header: "TIME\tRUN\tTYPE\tNAME\tVALUE\tMESSAGE",
+			row: func(e agentbox.SandboxEvent) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%g\t%q", e.Time.Local().Format(time.TimeOnly), e.RunID, e.Type, e.Name, e.Value, e.Message)
+			},
+		}.run,
 	}
 }

@@ -7,13 +7,13 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/agentbox/agentbox/api"
+	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
 func templateCmd(g *globals) *cobra.Command {
@@ -26,45 +26,24 @@ func templateCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func templateLsCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List templates",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
+func templateLsCmd(_ *globals) *cobra.Command {
+	return lsCommand("List templates", listing[api.Template]{
+		fetch:  noArgs((*agentbox.Client).Templates),
+		header: "NAME\tBUILT\tBUILTIN\tSIZE\tID\tCREATED",
+		row: func(t api.Template) string {
+			size, created, id := "-", "-", "-"
+			if t.SizeBytes > 0 {
+				size = humanBytes(t.SizeBytes)
 			}
-			ts, err := c.Templates(cmd.Context())
-			if err != nil {
-				return err
+			if t.CreatedAt != nil {
+				created = humanDuration(time.Since(*t.CreatedAt)) + " ago"
 			}
-			if g.json {
-				if ts == nil {
-					ts = []api.Template{}
-				}
-				return printJSON(cmd.OutOrStdout(), ts)
+			if t.ID != "" {
+				id = shortID(t.ID)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tBUILT\tBUILTIN\tSIZE\tID\tCREATED")
-			for _, t := range ts {
-				size, created, id := "-", "-", "-"
-				if t.SizeBytes > 0 {
-					size = humanBytes(t.SizeBytes)
-				}
-				if t.CreatedAt != nil {
-					created = humanDuration(time.Since(*t.CreatedAt)) + " ago"
-				}
-				if t.ID != "" {
-					id = shortID(t.ID)
-				}
-				fmt.Fprintf(tw, "%s\t%t\t%t\t%s\t%s\t%s\n", t.Name, t.Built, t.Builtin, size, id, created)
-			}
-			return tw.Flush()
+			return fmt.Sprintf("%s\t%t\t%t\t%s\t%s\t%s", t.Name, t.Built, t.Builtin, size, id, created)
 		},
-	}
+	})
 }
 
 // shortID shortens a content hash for display: "sha256:0123456789ab".

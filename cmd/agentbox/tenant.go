@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/api"
+	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
 func init() { extraCommands = append(extraCommands, tenantCmd, keyCmd) }
@@ -102,52 +102,27 @@ unlimited. Creating, listing, changing and deleting tenants needs the admin
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), t)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), t.ID)
-			return nil
+			return printResult(cmd, g.json, t, t.ID)
 		},
 	}
 	createQuotas.register(create)
 
-	ls := &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List tenants and their quotas",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
+	ls := lsCommand("List tenants and their quotas", listing[api.Tenant]{
+		fetch:  noArgs((*agentbox.Client).Tenants),
+		doc:    func(ts []api.Tenant) any { return api.TenantList{Tenants: ts} },
+		header: "ID\tMAX SANDBOXES\tCPU-SECONDS/PERIOD\tDISK\tCREATED",
+		row: func(t api.Tenant) string {
+			q := t.Quotas
+			maxSb, disk := "-", "-"
+			if q.MaxSandboxes > 0 {
+				maxSb = strconv.Itoa(q.MaxSandboxes)
 			}
-			list, err := c.Tenants(cmd.Context())
-			if err != nil {
-				return err
+			if q.DiskBytes > 0 {
+				disk = humanBytes(q.DiskBytes)
 			}
-			if g.json {
-				if list == nil {
-					list = []api.Tenant{}
-				}
-				return printJSON(cmd.OutOrStdout(), api.TenantList{Tenants: list})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "ID\tMAX SANDBOXES\tCPU-SECONDS/PERIOD\tDISK\tCREATED")
-			for _, t := range list {
-				q := t.Quotas
-				maxSb, disk := "-", "-"
-				if q.MaxSandboxes > 0 {
-					maxSb = strconv.Itoa(q.MaxSandboxes)
-				}
-				if q.DiskBytes > 0 {
-					disk = humanBytes(q.DiskBytes)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", t.ID, maxSb, cpuQuota(q), disk, humanDuration(time.Since(t.CreatedAt)))
-			}
-			return tw.Flush()
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s ago", t.ID, maxSb, cpuQuota(q), disk, humanDuration(time.Since(t.CreatedAt)))
 		},
-	}
+	})
 
 	inspect := &cobra.Command{
 		Use:   "inspect ID",
@@ -194,34 +169,12 @@ unlimited. Creating, listing, changing and deleting tenants needs the admin
 			if t, err = c.UpdateTenant(cmd.Context(), args[0], q); err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), t)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), t.ID)
-			return nil
+			return printResult(cmd, g.json, t, t.ID)
 		},
 	}
 	setQuotas.register(set)
 
-	rm := &cobra.Command{
-		Use:     "rm ID...",
-		Aliases: []string{"delete"},
-		Short:   "Delete tenants that own no sandbox; their API keys are revoked",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := rootGlobals(cmd).client()
-			if err != nil {
-				return err
-			}
-			var errs []error
-			for _, id := range args {
-				if err := c.DeleteTenant(cmd.Context(), id); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			return errors.Join(errs...)
-		},
-	}
+	rm := removeCommand("rm ID...", "Delete tenants that own no sandbox; their API keys are revoked", removeQuiet, (*agentbox.Client).DeleteTenant)
 
 	cmd.AddCommand(create, ls, inspect, set, rm)
 	return cmd
@@ -292,62 +245,25 @@ the daemon keeps only its hash.`,
 	create.Flags().StringVar(&req.Scope, "scope", "", "full (every route, the default) or read (GET routes only)")
 	create.Flags().StringVar(&req.Name, "name", "", "free-form label shown by key ls")
 
-	ls := &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List API keys, revoked ones included (never the keys themselves)",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
+	ls := lsCommand("List API keys, revoked ones included (never the keys themselves)", listing[api.APIKey]{
+		fetch:  noArgs((*agentbox.Client).APIKeys),
+		doc:    func(keys []api.APIKey) any { return api.APIKeyList{Keys: keys} },
+		header: "ID\tTENANT\tSCOPE\tNAME\tCREATED\tREVOKED",
+		row: func(k api.APIKey) string {
+			name, revoked := k.Name, "-"
+			if name == "" {
+				name = "-"
 			}
-			keys, err := c.APIKeys(cmd.Context())
-			if err != nil {
-				return err
+			if k.RevokedAt != nil {
+				revoked = humanDuration(time.Since(*k.RevokedAt)) + " ago"
 			}
-			if g.json {
-				if keys == nil {
-					keys = []api.APIKey{}
-				}
-				return printJSON(cmd.OutOrStdout(), api.APIKeyList{Keys: keys})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTENANT\tSCOPE\tNAME\tCREATED\tREVOKED")
-			for _, k := range keys {
-				name, revoked := k.Name, "-"
-				if name == "" {
-					name = "-"
-				}
-				if k.RevokedAt != nil {
-					revoked = humanDuration(time.Since(*k.RevokedAt)) + " ago"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%s\n", k.ID, k.Tenant, k.Scope, name, humanDuration(time.Since(k.CreatedAt)), revoked)
-			}
-			return tw.Flush()
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s ago\t%s", k.ID, k.Tenant, k.Scope, name, humanDuration(time.Since(k.CreatedAt)), revoked)
 		},
-	}
+	})
 
-	revoke := &cobra.Command{
-		Use:     "revoke ID...",
-		Aliases: []string{"rm"},
-		Short:   "Revoke API keys by id (the abx_<id>_... part); requests using them end within a second",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := rootGlobals(cmd).client()
-			if err != nil {
-				return err
-			}
-			var errs []error
-			for _, id := range args {
-				if err := c.RevokeAPIKey(cmd.Context(), id); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			return errors.Join(errs...)
-		},
-	}
+	revoke := removeCommand("revoke ID...", "Revoke API keys by id (the abx_<id>_... part); requests using them end within a second",
+		removeQuiet, (*agentbox.Client).RevokeAPIKey)
+	revoke.Aliases = []string{"rm"}
 
 	cmd.AddCommand(create, ls, revoke)
 	return cmd

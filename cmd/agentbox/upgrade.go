@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -112,29 +111,17 @@ func runnersCmd() *cobra.Command {
 		Use:   "runners",
 		Short: "List the guest binaries (runners) in place and the sandboxes running each",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			g := rootGlobals(cmd)
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			rs, err := c.Runners(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), rs)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUNNER\tBUILD\tDEFAULT\tSANDBOXES")
-			for _, r := range rs {
+		RunE: listing[agentbox.Runner]{
+			fetch:  noArgs((*agentbox.Client).Runners),
+			header: "RUNNER\tBUILD\tDEFAULT\tSANDBOXES",
+			row: func(r agentbox.Runner) string {
 				def := ""
 				if r.Default {
 					def = "yes"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", r.Hash, r.Build, def, len(r.Sandboxes))
-			}
-			return tw.Flush()
-		},
+				return fmt.Sprintf("%s\t%s\t%s\t%d", r.Hash, r.Build, def, len(r.Sandboxes))
+			},
+			pad: 2,
+		}.run,
 	}
 }
