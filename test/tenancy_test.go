@@ -235,6 +235,15 @@ func TestTenantIsolationEveryEndpoint(t *testing.T) {
 			}
 		}
 	}
+	// The daemon's info shows B its own sandboxes and no host path.
+	if st, _, body := rawCall(t, base, keyB.Key, "GET", "/v1/info", nil); st != 200 {
+		t.Errorf("GET /v1/info as B: %d %s", st, body)
+	} else {
+		var info api.Info
+		if err := json.Unmarshal(body, &info); err != nil || info.DataDir != "" || info.Sandboxes != 1 {
+			t.Errorf("GET /v1/info as B: data dir %q, %d sandboxes (B has 1): %s", info.DataDir, info.Sandboxes, body)
+		}
+	}
 	// Creating from A's template or secret as B finds nothing.
 	if _, err := b.Create(ctx, agentbox.SandboxSpec{Template: "tpl-a"}); !agentbox.IsNotFound(err) {
 		t.Errorf("B creating from A's template: %v, want not found", err)

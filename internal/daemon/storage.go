@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 var _ httpapi.StorageService = service{}
@@ -27,6 +28,11 @@ func (s service) Info(ctx context.Context) (api.Info, error) {
 		return info, err
 	}
 	info.StorageDriver = s.Manager.StorageDriver()
+	if p := tenant.From(ctx); !p.IsAdmin() {
+		// A tenant sees its own sandboxes, and no host path.
+		info.DataDir = ""
+		info.Sandboxes, _ = s.Manager.Holdings(p.Tenant)
+	}
 	return info, nil
 }
 
