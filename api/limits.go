@@ -2,10 +2,13 @@ package api
 
 // Resource limits beyond cpu, memory and pids (fields of Resources):
 //
-//   - disk_bytes, disk_inodes: the writable layer is a filesystem of its
-//     own of that size (and inode count); writes beyond it fail with
-//     ENOSPC inside the sandbox, while the host and other sandboxes keep
-//     their space. 0: unlimited (the host's disk).
+//   - disk_bytes, disk_inodes: the writable layer may hold that many bytes
+//     (and inodes); writes beyond it fail with ENOSPC inside the sandbox,
+//     while the host and other sandboxes keep their space. 0: unlimited
+//     (the host's disk). Info.DiskQuota says how: DiskQuotaXFSProject (an
+//     XFS project quota on the data dir's filesystem; disk_inodes 0 is no
+//     inode limit) or DiskQuotaLoopExt4 (a filesystem of its own of that
+//     size; disk_inodes 0 is ext4's default for the size).
 //   - open_files: RLIMIT_NOFILE (soft and hard) of every process in the
 //     sandbox. It can only be lowered below the daemon's own hard limit.
 //
@@ -20,8 +23,16 @@ package api
 // sandbox's OOM-kill counter grew; Value is the new count.
 const SandboxEventOOM = "oom"
 
-// DiskUsage is the state of a sandbox's quota filesystem (GET
-// /v1/sandboxes/{id}, only while it is mounted).
+// Ways disk quotas are enforced (Info.DiskQuota).
+const (
+	DiskQuotaXFSProject = "xfs-project"
+	DiskQuotaLoopExt4   = "loop-ext4"
+)
+
+// DiskUsage is the state of a sandbox's disk quota (GET
+// /v1/sandboxes/{id}; with DiskQuotaLoopExt4 only while its filesystem is
+// mounted, not while it hibernates). TotalInodes is 0 when inodes are not
+// limited.
 type DiskUsage struct {
 	UsedBytes   int64 `json:"used_bytes"`
 	TotalBytes  int64 `json:"total_bytes"`

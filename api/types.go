@@ -298,4 +298,7 @@ type Info struct {
 	Sandboxes    int      `json:"sandboxes"`
 	// StorageDriver is the layer storage driver: "copy" or "reflink".
 	StorageDriver string `json:"storage_driver,omitempty"`
+	// DiskQuota is how disk_bytes and disk_inodes are enforced:
+	// DiskQuotaXFSProject or DiskQuotaLoopExt4; "" when they cannot be.
+	DiskQuota string `json:"disk_quota,omitempty"`
 }

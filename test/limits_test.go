@@ -84,6 +84,13 @@ func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bo
 // and after delete.
 func TestLimitsDiskQuota(t *testing.T) {
 	d := newDaemon(t)
+	switch m := agentboxInfo(t, d).DiskQuota; m {
+	case api.DiskQuotaLoopExt4:
+	case api.DiskQuotaXFSProject:
+		t.Skipf("%s is on XFS with prjquota: disk quotas are %s here (TestLimitsDiskQuotaXFSProject)", d.dataDir, m)
+	default:
+		t.Fatalf("agentbox info: disk_quota %q, want %s", m, api.DiskQuotaLoopExt4)
+	}
 	const quota = 64 << 20
 	full := d.create(t, agentbox.SandboxSpec{Resources: api.Resources{DiskBytes: quota, DiskInodes: 2048}})
 	neighbour := d.create(t, agentbox.SandboxSpec{Resources: api.Resources{DiskBytes: quota}})

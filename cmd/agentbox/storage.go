@@ -17,7 +17,7 @@ func init() { extraCommands = append(extraCommands, infoCmd, gcCmd) }
 func infoCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "info",
-		Short: "Describe the daemon: version, backend, storage driver, sandboxes",
+		Short: "Describe the daemon: version, backend, storage driver, disk quota method, sandboxes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g := rootGlobals(cmd)
@@ -37,6 +37,11 @@ func infoCmd() *cobra.Command {
 			fmt.Fprintf(tw, "Backend:\t%s (cgroup %s)\n", info.Backend, info.CgroupMode)
 			fmt.Fprintf(tw, "Capabilities:\t%v\n", info.Capabilities)
 			fmt.Fprintf(tw, "Storage driver:\t%s\n", info.StorageDriver)
+			dq := info.DiskQuota
+			if dq == "" {
+				dq = "unavailable"
+			}
+			fmt.Fprintf(tw, "Disk quota:\t%s\n", dq)
 			fmt.Fprintf(tw, "Data dir:\t%s\n", info.DataDir)
 			fmt.Fprintf(tw, "Sandboxes:\t%d\n", info.Sandboxes)
 			return tw.Flush()

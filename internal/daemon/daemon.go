@@ -100,7 +100,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	shareSandboxDir(cfg.DataDir, log) // before any guest is spawned; see limits.go
+	dq, dqErr := setupDiskQuota(cfg.DataDir, log) // before any guest is spawned; see limits.go
 	// Two guests are kept prespawned so a create skips the clone, the exec
 	// of the runner, its start-up and its move into a cgroup (see
 	// native.Prespawn); two, so back-to-back creates find one fully warm.
@@ -139,8 +139,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			DiskInodes:  cfg.DefaultResources.DiskInodes,
 			OpenFiles:   cfg.DefaultResources.OpenFiles,
 		},
-		Version: version.Version,
-		Logger:  log,
+		DiskQuota:    dq,
+		DiskQuotaErr: dqErr,
+		Version:      version.Version,
+		Logger:       log,
 	}, backend, nil, st)
 	if err != nil {
 		return nil, err

@@ -1,9 +1,10 @@
-// Package diskquota caps the size and inode count of a sandbox's writable
-// layer with a filesystem of its own: a sparse image file formatted ext4
-// (no reserved blocks, a fixed inode count) attached to a loop device and
-// mounted by host root in a private location (nosuid, nodev). A sandbox
-// that fills it gets ENOSPC; the host loses at most the image's size and
-// other sandboxes are untouched.
+package diskquota
+
+// The loop method: the sandbox dir is itself a filesystem, a sparse image
+// file formatted ext4 (no reserved blocks, a fixed inode count) attached
+// to a loop device and mounted by host root at the dir (nosuid, nodev). A
+// sandbox that fills it gets ENOSPC; the host loses at most the image's
+// size and other sandboxes are untouched.
 //
 // Loop devices are attached with LO_FLAGS_AUTOCLEAR, so the device goes
 // away with the last mount of its filesystem: Unmount leaves no device
@@ -17,7 +18,6 @@
 // namespace follows the host's mounts and unmounts, so an unmount leaves no
 // copy pinning the filesystem, and a guest that was spawned before its
 // sandbox's filesystem was mounted still sees it.
-package diskquota
 
 import (
 	"bytes"
@@ -26,7 +26,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,28 +37,109 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
-// Limits bound one quota filesystem.
-type Limits struct {
-	Bytes  int64 // size of the filesystem; at least MinBytes
-	Inodes int64 // inode count; 0: ext4's default for the size
+// Loop is the loop method: each capped sandbox dir is an ext4 filesystem of
+// its own, whose image is <Images>/<id>.img (outside the dirs).
+type Loop struct {
+	Images string // the directory holding the images
 }
 
-// MinBytes is the smallest quota: ext4's metadata and journal need room.
-const MinBytes = 16 << 20
-
-// Error is a failed system call or tool run on a quota filesystem.
-type Error struct {
-	Op   string // "mkfs", "losetup", "mount", "umount2", ...
-	Path string
-	Err  error
+// NewLoop returns the loop method keeping its images in images, or why it
+// cannot work here (errdefs.ErrFailedPrecondition).
+func NewLoop(images string) (*Loop, error) {
+	if err := loopAvailable(); err != nil {
+		return nil, err
+	}
+	return &Loop{Images: images}, nil
 }
 
-func (e *Error) Error() string { return e.Op + " " + e.Path + ": " + e.Err.Error() }
-func (e *Error) Unwrap() error { return e.Err }
+func (l *Loop) image(id string) string { return filepath.Join(l.Images, id+".img") }
 
-// Available reports whether quota filesystems can be made here: mkfs.ext4
-// is installed and /dev/loop-control exists.
-func Available() error {
+// Method implements Quota.
+func (l *Loop) Method() string { return MethodLoop }
+
+// Apply implements Quota: it makes sandbox id's image and mounts it at dir,
+// whose root stays traversable (0711) for the sandboxes' mapped ids.
+func (l *Loop) Apply(ctx context.Context, dir, id string, lim Limits) error {
+	if err := os.MkdirAll(l.Images, 0o700); err != nil {
+		return &Error{Op: "mkdir", Path: l.Images, Err: err}
+	}
+	img := l.image(id)
+	if err := createImage(ctx, img, lim); err != nil {
+		return err
+	}
+	if err := l.Mount(dir, id); err != nil {
+		_ = os.Remove(img)
+		return err
+	}
+	return nil
+}
+
+// Mount implements Mounter. A sandbox without an image has nothing to
+// mount.
+func (l *Loop) Mount(dir, id string) error {
+	img := l.image(id)
+	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := mountImage(img, dir); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		_ = unmount(dir)
+		return &Error{Op: "chmod", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// Unmount implements Mounter.
+func (l *Loop) Unmount(dir string) error { return unmount(dir) }
+
+// Usage implements Quota: the usage of the filesystem mounted at dir.
+func (l *Loop) Usage(dir, id string) (Usage, error) {
+	if ok, err := IsMountPoint(dir); err != nil || !ok {
+		return Usage{}, fmt.Errorf("disk of sandbox %s is not mounted: %w", id, errdefs.ErrNotFound)
+	}
+	return statFS(dir)
+}
+
+// Remove implements Quota: it unmounts dir and deletes the image.
+func (l *Loop) Remove(ctx context.Context, dir, id string) error {
+	if err := unmount(dir); err != nil {
+		return err
+	}
+	if err := os.Remove(l.image(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return &Error{Op: "remove", Path: l.image(id), Err: err}
+	}
+	return nil
+}
+
+// IDs implements Quota: the sandboxes that have an image.
+func (l *Loop) IDs() ([]string, error) {
+	return imageIDs(l.Images)
+}
+
+// imageIDs lists the ids of the images in dir (none when dir is missing).
+func imageIDs(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &Error{Op: "readdir", Path: dir, Err: err}
+	}
+	var ids []string
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), ".img"); ok && e.Type().IsRegular() {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// loopAvailable reports whether quota filesystems can be made here:
+// mkfs.ext4 is installed and /dev/loop-control exists.
+func loopAvailable() error {
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		return fmt.Errorf("disk quotas need mkfs.ext4 (package e2fsprogs): %w", errdefs.ErrFailedPrecondition)
 	}
@@ -65,9 +149,9 @@ func Available() error {
 	return nil
 }
 
-// Create makes image, a sparse file formatted ext4 with lim, whose root
+// createImage makes image, a sparse file formatted ext4 with lim, whose root
 // directory is mode 0711 owned by host root. image must not exist.
-func Create(ctx context.Context, image string, lim Limits) (err error) {
+func createImage(ctx context.Context, image string, lim Limits) (err error) {
 	if lim.Bytes < MinBytes {
 		return fmt.Errorf("disk quota %d bytes is below the minimum %d: %w", lim.Bytes, MinBytes, errdefs.ErrInvalidArgument)
 	}
@@ -101,9 +185,10 @@ func Create(ctx context.Context, image string, lim Limits) (err error) {
 	return nil
 }
 
-// Mount attaches image to a free loop device (auto-clearing) and mounts it
-// at dir (nosuid, nodev). Mounting what is mounted already does nothing.
-func Mount(image, dir string) error {
+// mountImage attaches image to a free loop device (auto-clearing) and
+// mounts it at dir (nosuid, nodev). Mounting what is mounted already does
+// nothing.
+func mountImage(image, dir string) error {
 	if ok, err := IsMountPoint(dir); err != nil {
 		return err
 	} else if ok {
@@ -160,9 +245,9 @@ func attachLoop(img *os.File) (*os.File, error) {
 	}
 }
 
-// Unmount unmounts dir when it is a mount point; the loop device clears
+// unmount unmounts dir when it is a mount point; the loop device clears
 // itself once no mount namespace holds the filesystem.
-func Unmount(dir string) error {
+func unmount(dir string) error {
 	ok, err := IsMountPoint(dir)
 	if err != nil || !ok {
 		if errors.Is(err, os.ErrNotExist) {
@@ -235,14 +320,8 @@ func Unshare(dir string) error {
 	return nil
 }
 
-// Usage is what a mounted quota filesystem holds.
-type Usage struct {
-	Bytes, BytesTotal   int64
-	Inodes, InodesTotal int64
-}
-
-// Stat reports the usage of the filesystem mounted at dir.
-func Stat(dir string) (Usage, error) {
+// statFS reports the usage of the filesystem mounted at dir.
+func statFS(dir string) (Usage, error) {
 	var fs unix.Statfs_t
 	if err := unix.Statfs(dir, &fs); err != nil {
 		return Usage{}, &Error{Op: "statfs", Path: dir, Err: err}
@@ -255,3 +334,8 @@ func Stat(dir string) (Usage, error) {
 		InodesTotal: int64(fs.Files),
 	}, nil
 }
+
+var (
+	_ Quota   = (*Loop)(nil)
+	_ Mounter = (*Loop)(nil)
+)

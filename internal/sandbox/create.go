@@ -231,7 +231,7 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 			if err := m.createDisk(ctx, rec); err != nil {
 				return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
 			}
-			undo = append(undo, func() { _ = m.removeDisk(id) })
+			undo = append(undo, func() { _ = m.removeDisk(ctx, id) })
 		}
 		for _, d := range []string{p.upper, p.work} {
 			if err := os.Mkdir(d, 0o755); err != nil {
@@ -395,7 +395,7 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 		// Hibernated (or failed): no guest runs; clear any leftovers.
 		errs = append(errs, fmt.Errorf("cleaning up: %w", err))
 	}
-	if err := m.removeDisk(id); err != nil {
+	if err := m.removeDisk(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(m.paths(id).dir); err != nil {

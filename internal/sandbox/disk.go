@@ -2,109 +2,151 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/agentbox/agentbox/internal/diskquota"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// Disk quotas: a sandbox whose resources set disk_bytes gets a filesystem
-// of its own (internal/diskquota) mounted at its sandbox dir, so its upper,
-// work and state dirs (and the trash of restores) all live on it and every
-// rename among them stays inside it. The image is <data>/disks/<id>.img,
-// outside the mount. The filesystem is mounted while a guest may run
-// (create, wake, restore) and unmounted on hibernate and delete; Recover
-// removes images with no record.
+// Disk quotas: a sandbox whose resources set disk_bytes has its sandbox dir
+// capped (internal/diskquota; the daemon picks the method). The cap is
+// applied to the fresh, empty dir before its upper, work and state dirs
+// are made, so those (and the trash of restores) are all under it and
+// every rename among them stays inside:
 //
-// The daemon makes <data>/sandboxes a shared mount before any guest is
-// spawned (diskquota.Share): prespawned guests hold slave copies of it, so
-// an unmount on the host reaches them and nothing pins a deleted sandbox's
-// filesystem.
+//   - with XFS project quotas the dir is a plain directory carrying a
+//     project id of its own;
+//   - with loop ext4 the dir is the mount point of the sandbox's own
+//     filesystem (a diskMounter), mounted while a guest may run (create,
+//     wake, restore) and unmounted on hibernate. The daemon makes
+//     <data>/sandboxes a shared mount before any guest is spawned
+//     (diskquota.Share): prespawned guests hold slave copies of it, so an
+//     unmount on the host reaches them and nothing pins a deleted
+//     sandbox's filesystem.
+//
+// Deleting the sandbox removes the quota; Recover removes the quotas of
+// sandboxes with no record. Forks start without one (no quota is applied
+// to their dirs).
 
-func (m *Manager) disksDir() string { return filepath.Join(m.cfg.DataDir, "disks") }
+// DiskQuota caps the disk use of sandbox dirs; diskquota.Detect returns
+// one. The contract (diskquota.Quota's): the Manager creates the dir empty
+// before Apply and removes it after Remove; calls for one sandbox do not
+// overlap; Apply leaves nothing behind on error; Remove is idempotent;
+// Usage fails with errdefs.ErrNotFound when no quota is in force.
+type DiskQuota interface {
+	// Method names the method for api.Info ("xfs-project", "loop-ext4").
+	Method() string
+	// Apply caps dir, the fresh empty dir of sandbox id, at lim.
+	Apply(ctx context.Context, dir, id string, lim diskquota.Limits) error
+	// Usage reports what dir holds against its limits.
+	Usage(dir, id string) (diskquota.Usage, error)
+	// Remove deletes what dir holds under its quota and frees the quota.
+	Remove(ctx context.Context, dir, id string) error
+	// IDs lists the sandboxes that have a quota, a previous daemon's too.
+	IDs() ([]string, error)
+}
 
-func (m *Manager) diskImage(id string) string { return filepath.Join(m.disksDir(), id+".img") }
+// diskMounter is a DiskQuota whose sandbox dirs are filesystems of their
+// own, mounted only while a guest may run.
+type diskMounter interface {
+	// Mount mounts sandbox id's filesystem at dir when it has one.
+	Mount(dir, id string) error
+	// Unmount unmounts dir when it is mounted.
+	Unmount(dir string) error
+}
 
-// hasDisk reports whether rec's sandbox has a quota filesystem.
+var (
+	_ DiskQuota   = (*diskquota.Project)(nil)
+	_ DiskQuota   = (*diskquota.Loop)(nil)
+	_ diskMounter = (*diskquota.Loop)(nil)
+)
+
+// hasDisk reports whether rec's sandbox asks for a disk quota.
 func hasDisk(rec store.SandboxRecord) bool { return rec.Sandbox.Resources.DiskBytes > 0 }
 
-// createDisk makes and mounts the quota filesystem of rec at its (empty,
-// fresh) sandbox dir. On error nothing of it is left.
-func (m *Manager) createDisk(ctx context.Context, rec store.SandboxRecord) error {
-	if err := os.MkdirAll(m.disksDir(), 0o700); err != nil {
-		return fmt.Errorf("disk quota: %w", err)
-	}
-	r := rec.Sandbox.Resources
-	img := m.diskImage(rec.Sandbox.ID)
-	if err := diskquota.Create(ctx, img, diskquota.Limits{Bytes: r.DiskBytes, Inodes: r.DiskInodes}); err != nil {
-		return fmt.Errorf("disk quota: %w", err)
-	}
-	if err := m.mountDisk(rec); err != nil {
-		_ = os.Remove(img)
-		return err
-	}
-	return nil
-}
-
-// mountDisk mounts rec's quota filesystem at its sandbox dir when it has
-// one and it is not mounted. The root stays traversable (0711) for the
-// mapped ids.
-func (m *Manager) mountDisk(rec store.SandboxRecord) error {
-	if !hasDisk(rec) {
+// diskAvailable says why sandboxes cannot have disk quotas here; nil when
+// they can.
+func (m *Manager) diskAvailable() error {
+	if m.cfg.DiskQuota != nil {
 		return nil
 	}
-	img := m.diskImage(rec.Sandbox.ID)
-	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
-		return nil // made without a quota filesystem (a fork): nothing to mount
+	if m.cfg.DiskQuotaErr != nil {
+		return fmt.Errorf("disk quotas are unavailable: %w", m.cfg.DiskQuotaErr)
 	}
-	dir := m.paths(rec.Sandbox.ID).dir
-	if err := diskquota.Mount(img, dir); err != nil {
-		return fmt.Errorf("mounting disk of sandbox %s: %w", rec.Sandbox.ID, err)
+	return fmt.Errorf("disk quotas are not configured: %w", errdefs.ErrFailedPrecondition)
+}
+
+// createDisk caps rec's (empty, fresh) sandbox dir. On error nothing of
+// the quota is left.
+func (m *Manager) createDisk(ctx context.Context, rec store.SandboxRecord) error {
+	if err := m.diskAvailable(); err != nil {
+		return err
 	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		_ = diskquota.Unmount(dir)
+	r := rec.Sandbox.Resources
+	if err := m.cfg.DiskQuota.Apply(ctx, m.paths(rec.Sandbox.ID).dir, rec.Sandbox.ID, diskquota.Limits{Bytes: r.DiskBytes, Inodes: r.DiskInodes}); err != nil {
+		return fmt.Errorf("disk quota: %w", err)
+	}
+	return nil
+}
+
+// mountDisk mounts rec's quota filesystem at its sandbox dir when the
+// method has them and it is not mounted.
+func (m *Manager) mountDisk(rec store.SandboxRecord) error {
+	dm, ok := m.cfg.DiskQuota.(diskMounter)
+	if !ok || !hasDisk(rec) {
+		return nil
+	}
+	if err := dm.Mount(m.paths(rec.Sandbox.ID).dir, rec.Sandbox.ID); err != nil {
 		return fmt.Errorf("mounting disk of sandbox %s: %w", rec.Sandbox.ID, err)
 	}
 	return nil
 }
 
-// unmountDisk unmounts sandbox id's quota filesystem, when mounted.
+// unmountDisk unmounts sandbox id's quota filesystem, when the method has
+// them and it is mounted.
 func (m *Manager) unmountDisk(id string) error {
-	if err := diskquota.Unmount(m.paths(id).dir); err != nil {
+	dm, ok := m.cfg.DiskQuota.(diskMounter)
+	if !ok {
+		return nil
+	}
+	if err := dm.Unmount(m.paths(id).dir); err != nil {
 		return fmt.Errorf("unmounting disk of sandbox %s: %w", id, err)
 	}
 	return nil
 }
 
-// removeDisk unmounts and deletes sandbox id's quota filesystem, when it
-// has one. Idempotent.
-func (m *Manager) removeDisk(id string) error {
-	if err := m.unmountDisk(id); err != nil {
-		return err
+// removeDisk removes sandbox id's quota (and with it what its dir holds),
+// when it has one. Idempotent.
+func (m *Manager) removeDisk(ctx context.Context, id string) error {
+	if m.cfg.DiskQuota == nil {
+		return nil
 	}
-	if err := os.Remove(m.diskImage(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := m.cfg.DiskQuota.Remove(context.WithoutCancel(ctx), m.paths(id).dir, id); err != nil {
 		return fmt.Errorf("removing disk of sandbox %s: %w", id, err)
 	}
 	return nil
 }
 
-// removeOrphanDisks deletes images whose sandbox has no record (Recover).
+// removeOrphanDisks removes the quotas of sandboxes with no record
+// (Recover).
 func (m *Manager) removeOrphanDisks(ctx context.Context, known map[string]bool) {
-	entries, err := os.ReadDir(m.disksDir())
-	if err != nil {
+	if m.cfg.DiskQuota == nil {
 		return
 	}
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".img")
-		if !ok || known[id] || !idRE.MatchString(id) {
+	ids, err := m.cfg.DiskQuota.IDs()
+	if err != nil {
+		m.log.ErrorContext(ctx, "listing disk quotas", "err", err)
+		return
+	}
+	for _, id := range ids {
+		if known[id] || !idRE.MatchString(id) {
 			continue
 		}
 		m.log.WarnContext(ctx, "removing orphaned disk", "sandbox", id)
-		if err := m.removeDisk(id); err != nil {
+		if err := m.removeDisk(ctx, id); err != nil {
 			m.log.ErrorContext(ctx, "removing orphaned disk", "sandbox", id, "err", err)
 		}
 	}
@@ -113,6 +155,9 @@ func (m *Manager) removeOrphanDisks(ctx context.Context, known map[string]bool) 
 // DiskMounted reports whether any sandbox's quota filesystem is mounted
 // (the daemon keeps <data>/sandboxes shared while one is).
 func (m *Manager) DiskMounted() bool {
+	if _, ok := m.cfg.DiskQuota.(diskMounter); !ok {
+		return false
+	}
 	entries, err := os.ReadDir(filepath.Join(m.cfg.DataDir, "sandboxes"))
 	if err != nil {
 		return false
@@ -125,13 +170,21 @@ func (m *Manager) DiskMounted() bool {
 	return false
 }
 
-// DiskUsage reports the usage of sandbox id's quota filesystem; ok is false
-// when it has none mounted.
+// diskUsage reports the usage of sandbox id's quota; ok is false when it
+// has none in force (none applied, or a filesystem not mounted).
 func (m *Manager) diskUsage(id string) (diskquota.Usage, bool) {
-	dir := m.paths(id).dir
-	if ok, _ := diskquota.IsMountPoint(dir); !ok {
+	if m.cfg.DiskQuota == nil {
 		return diskquota.Usage{}, false
 	}
-	u, err := diskquota.Stat(dir)
+	u, err := m.cfg.DiskQuota.Usage(m.paths(id).dir, id)
 	return u, err == nil
+}
+
+// DiskQuotaMethod names how disk quotas are enforced ("" when they are
+// unavailable).
+func (m *Manager) DiskQuotaMethod() string {
+	if m.cfg.DiskQuota == nil {
+		return ""
+	}
+	return m.cfg.DiskQuota.Method()
 }

@@ -270,7 +270,7 @@ func createTest(t *testing.T, m *Manager, req api.CreateSandboxRequest) string {
 	p := m.paths(id)
 	lower := t.TempDir()
 	sb := api.Sandbox{ID: id, State: api.StateCreating, Hostname: id, CreatedAt: m.cfg.Clock.Now(),
-		Lifecycle: req.Lifecycle, Idle: req.Idle, Name: req.Name}
+		Lifecycle: req.Lifecycle, Idle: req.Idle, Name: req.Name, Resources: req.Resources}
 	if req.TimeoutSeconds > 0 {
 		exp := m.cfg.Clock.Now().Add(time.Duration(req.TimeoutSeconds) * time.Second)
 		sb.ExpiresAt = &exp

@@ -15,8 +15,8 @@ import (
 
 // Resource limits (api/limits.go): cpu, memory (no swap), pids and open
 // files are enforced by the backend (cgroups, RLIMIT_NOFILE set by the
-// guest for every process); the writable layer's size and inodes by a quota
-// filesystem (disk.go). A request's zero fields take the template's
+// guest for every process); the writable layer's size and inodes by a disk
+// quota (disk.go). A request's zero fields take the template's
 // defaults (TemplateSpec.Resources), then the daemon's.
 
 // Bounds of the limits a request may ask for.
@@ -63,7 +63,7 @@ func (m *Manager) resolveResources(req api.Resources, tmpl templates.Template) (
 		return api.Resources{}, fmt.Errorf("disk_inodes needs disk_bytes: %w", errdefs.ErrInvalidArgument)
 	}
 	if res.DiskBytes != 0 {
-		if err := diskquota.Available(); err != nil {
+		if err := m.diskAvailable(); err != nil {
 			return api.Resources{}, err
 		}
 	}

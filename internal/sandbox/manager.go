@@ -49,6 +49,10 @@ type Config struct {
 	DefaultTemplate string
 	// DefaultResources fill in zero fields of a create request.
 	DefaultResources api.Resources
+	// DiskQuota enforces disk_bytes and disk_inodes (disk.go); nil refuses
+	// sandboxes that ask for them, with DiskQuotaErr as the reason.
+	DiskQuota    DiskQuota
+	DiskQuotaErr error
 	// Layers is the layer store templates live in; checkpoints are layers
 	// of it. Nil disables checkpoints, restore and fork.
 	Layers *layers.Store
@@ -155,6 +159,7 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		CgroupMode:   caps.CgroupMode,
 		DataDir:      m.cfg.DataDir,
 		Sandboxes:    n,
+		DiskQuota:    m.DiskQuotaMethod(),
 	}, nil
 }
 

@@ -118,7 +118,7 @@ func (m *Manager) reap(ctx context.Context, rec store.SandboxRecord) error {
 		// left of this sandbox and tries again.
 		return err
 	}
-	if err := m.removeDisk(rec.Sandbox.ID); err != nil {
+	if err := m.removeDisk(ctx, rec.Sandbox.ID); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(m.paths(rec.Sandbox.ID).dir); err != nil {

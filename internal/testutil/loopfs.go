@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -13,6 +14,21 @@ import (
 // t ends. It skips t unless it runs as root and mkfs.<fstype> exists (apt
 // packages xfsprogs, btrfs-progs).
 func LoopFS(t testing.TB, fstype string, sizeMiB int64) string {
+	t.Helper()
+	return loopFS(t, fstype, sizeMiB, "loop")
+}
+
+// XFSProjectQuotaFS is LoopFS of an XFS mounted with project quotas
+// enforced (-o prjquota). A kernel built without XFS quota support
+// (CONFIG_XFS_QUOTA unset: no /proc/fs/xfs/xqm) skips t even under
+// AGENTBOX_TEST_STRICT=1, saying so: a kernel option is nothing
+// install-deps.sh can install.
+func XFSProjectQuotaFS(t testing.TB, sizeMiB int64) string {
+	t.Helper()
+	return loopFS(t, "xfs", sizeMiB, "loop,prjquota")
+}
+
+func loopFS(t testing.TB, fstype string, sizeMiB int64, opts string) string {
 	t.Helper()
 	RequiresRoot(t)
 	mkfs := RequiresBinary(t, "mkfs."+fstype)
@@ -48,9 +64,14 @@ func LoopFS(t testing.TB, fstype string, sizeMiB int64) string {
 	if err := os.Mkdir(mnt, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("mount", "-o", "loop", "-t", fstype, img, mnt).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-o", opts, "-t", fstype, img, mnt).CombinedOutput(); err != nil {
 		os.RemoveAll(base)
-		skipf(t, "cannot loop-mount %s: %v: %s", fstype, err, out)
+		if strings.Contains(opts, "prjquota") {
+			if _, serr := os.Stat("/proc/fs/xfs/xqm"); serr != nil {
+				t.Skipf("this kernel has no XFS quota support (CONFIG_XFS_QUOTA unset, no /proc/fs/xfs/xqm): cannot mount -o %s: %s", opts, out)
+			}
+		}
+		skipf(t, "cannot loop-mount %s -o %s: %v: %s", fstype, opts, err, out)
 	}
 	if err := os.Chmod(mnt, 0o711); err != nil {
 		t.Fatal(err)

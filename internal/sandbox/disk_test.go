@@ -1,0 +1,207 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/diskquota"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/templates"
+)
+
+// fakeDisk records what the Manager asks of its DiskQuota.
+type fakeDisk struct {
+	mu      sync.Mutex
+	limits  map[string]diskquota.Limits // applied, by sandbox id
+	mounted map[string]bool
+	calls   []string
+}
+
+func newFakeDisk() *fakeDisk {
+	return &fakeDisk{limits: map[string]diskquota.Limits{}, mounted: map[string]bool{}}
+}
+
+func (f *fakeDisk) record(format string, args ...any) {
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+}
+
+func (f *fakeDisk) Method() string { return "fake" }
+
+func (f *fakeDisk) Apply(ctx context.Context, dir, id string, lim diskquota.Limits) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("apply %s", id)
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		return fmt.Errorf("dir %s not fresh and empty: %d entries, %v", dir, len(entries), err)
+	}
+	f.limits[id] = lim
+	f.mounted[id] = true
+	return nil
+}
+
+func (f *fakeDisk) Usage(dir, id string) (diskquota.Usage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lim, ok := f.limits[id]
+	if !ok || !f.mounted[id] {
+		return diskquota.Usage{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return diskquota.Usage{Bytes: 4096, BytesTotal: lim.Bytes, Inodes: 3, InodesTotal: lim.Inodes}, nil
+}
+
+func (f *fakeDisk) Remove(ctx context.Context, dir, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.limits[id]; ok {
+		f.record("remove %s", id)
+	}
+	delete(f.limits, id)
+	delete(f.mounted, id)
+	return nil
+}
+
+func (f *fakeDisk) IDs() ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id := range f.limits {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+func (f *fakeDisk) log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// fakeMountDisk is a fakeDisk whose dirs are filesystems of their own.
+type fakeMountDisk struct{ *fakeDisk }
+
+func (f fakeMountDisk) Mount(dir, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.limits[id]; ok {
+		f.record("mount %s", id)
+		f.mounted[id] = true
+	}
+	return nil
+}
+
+func (f fakeMountDisk) Unmount(dir string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range f.limits {
+		if filepath.Base(dir) == id {
+			if f.mounted[id] {
+				f.record("unmount %s", id)
+			}
+			f.mounted[id] = false
+		}
+	}
+	return nil
+}
+
+// The Manager applies the quota to the fresh sandbox dir before anything
+// is made in it, reports its usage and method, and removes it on delete;
+// a method with mounts is unmounted on hibernate and mounted on wake; a
+// method without needs neither.
+func TestDiskQuotaLifecycle(t *testing.T) {
+	for _, mounts := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mounts=%v", mounts), func(t *testing.T) {
+			m, _, _ := newTestManager(t)
+			fd := newFakeDisk()
+			m.cfg.DiskQuota = fd
+			if mounts {
+				m.cfg.DiskQuota = fakeMountDisk{fd}
+			}
+			ctx := context.Background()
+			if info, _ := m.Info(ctx); info.DiskQuota != "fake" {
+				t.Fatalf("Info.DiskQuota = %q", info.DiskQuota)
+			}
+			id := createTest(t, m, api.CreateSandboxRequest{Resources: api.Resources{DiskBytes: 32 << 20, DiskInodes: 4096}})
+			plain := createTest(t, m, api.CreateSandboxRequest{})
+			if got := fd.limits[id]; got != (diskquota.Limits{Bytes: 32 << 20, Inodes: 4096}) {
+				t.Fatalf("applied %+v", got)
+			}
+			if _, ok := fd.limits[plain]; ok {
+				t.Fatal("a sandbox without disk_bytes got a quota")
+			}
+			sb, err := m.GetSandbox(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sb.Disk == nil || sb.Disk.TotalBytes != 32<<20 || sb.Disk.TotalInodes != 4096 || sb.Disk.UsedBytes != 4096 {
+				t.Fatalf("inspect disk = %+v", sb.Disk)
+			}
+			if _, err := m.HibernateSandbox(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			sb, _ = m.GetSandbox(ctx, id)
+			if mounts != (sb.Disk == nil) {
+				t.Fatalf("hibernated: disk %+v (mounts %v)", sb.Disk, mounts)
+			}
+			if _, err := m.ResumeSandbox(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.DeleteSandbox(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.DeleteSandbox(ctx, plain); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"apply " + id, "remove " + id}
+			if mounts {
+				want = []string{"apply " + id, "unmount " + id, "mount " + id, "remove " + id}
+			}
+			if got := fd.log(); !slices.Equal(got, want) {
+				t.Fatalf("calls %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// Recover removes the quotas of sandboxes it has no record of.
+func TestDiskQuotaRecoverRemovesOrphans(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	fd := newFakeDisk()
+	fd.limits["orphan1"] = diskquota.Limits{Bytes: 16 << 20}
+	m.cfg.DiskQuota = fd
+	if err := m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := fd.log(); !slices.Equal(got, []string{"remove orphan1"}) {
+		t.Fatalf("calls %v", got)
+	}
+}
+
+// Without a DiskQuota, disk limits are refused with the reason.
+func TestDiskQuotaUnavailable(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	m.cfg.DiskQuotaErr = fmt.Errorf("no loop devices: %w", errdefs.ErrFailedPrecondition)
+	_, err := m.resolveResources(api.Resources{DiskBytes: 32 << 20}, templates.Template{})
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "no loop devices") {
+		t.Fatalf("resolveResources: %v", err)
+	}
+	if info, _ := m.Info(context.Background()); info.DiskQuota != "" {
+		t.Fatalf("Info.DiskQuota = %q", info.DiskQuota)
+	}
+}
+
+// The method names are the API's.
+func TestDiskQuotaMethodNames(t *testing.T) {
+	if diskquota.MethodProject != api.DiskQuotaXFSProject || diskquota.MethodLoop != api.DiskQuotaLoopExt4 {
+		t.Fatalf("diskquota methods %q %q, api %q %q", diskquota.MethodProject, diskquota.MethodLoop, api.DiskQuotaXFSProject, api.DiskQuotaLoopExt4)
+	}
+}
