@@ -3,11 +3,11 @@ package config
 import (
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 )
 
 // EnvWarmPools sets Config.WarmPools: "busybox=2,debian=1".
@@ -16,7 +16,7 @@ const EnvWarmPools = "AGENTBOX_WARM_POOLS"
 // maxWarmPool bounds one template's configured pool.
 const maxWarmPool = 64
 
-var poolTemplateRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`)
+var poolTemplateRE = lazyregexp.New(`^[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`)
 
 // applyLimitsEnv reads EnvWarmPools; a malformed entry becomes a negative
 // size that Validate refuses.

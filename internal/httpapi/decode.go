@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 )
 
 // Limits on client input.
@@ -20,8 +20,8 @@ const (
 )
 
 var (
-	sandboxIDRe    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
-	templateNameRe = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,31}~)?[A-Za-z0-9][A-Za-z0-9._-]{0,127}(@[A-Za-z0-9]{1,64})?$`) // [TENANT~]NAME[@VERSION]; only the admin may name another tenant's
+	sandboxIDRe    = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,63}$`)
+	templateNameRe = lazyregexp.New(`^([a-z0-9][a-z0-9-]{0,31}~)?[A-Za-z0-9][A-Za-z0-9._-]{0,127}(@[A-Za-z0-9]{1,64})?$`) // [TENANT~]NAME[@VERSION]; only the admin may name another tenant's
 )
 
 // decodeJSON reads exactly one JSON value into v from a body of at most

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 )
 
 // The execution pipeline's routes: run records, usage, schedules and
@@ -62,8 +62,8 @@ const (
 )
 
 var (
-	runIDRe     = regexp.MustCompile(`^run_[0-9a-f]{16,40}$`)
-	triggerIDRe = regexp.MustCompile(`^[a-z]{1,8}_[0-9a-f]{16,32}$`)
+	runIDRe     = lazyregexp.New(`^run_[0-9a-f]{16,40}$`)
+	triggerIDRe = lazyregexp.New(`^[a-z]{1,8}_[0-9a-f]{16,32}$`)
 )
 
 // Caller identities (api.Run.Who of API runs).

@@ -8,10 +8,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"regexp"
 	"strings"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 )
 
 // SecretService is implemented by a Service with a secret store; its routes
@@ -40,7 +40,7 @@ const maxSecretBody = 256 << 10
 
 // secretNameRe is a secret name, optionally qualified by its tenant
 // ("tenant~name", meaningful to the admin only).
-var secretNameRe = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,31}~)?[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+var secretNameRe = lazyregexp.New(`^([a-z0-9][a-z0-9-]{0,31}~)?[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // secretRoutes are the routes of SecretService and EventService, for those
 // svc implements.

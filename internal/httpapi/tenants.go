@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"regexp"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -42,8 +42,8 @@ type TenantService interface {
 }
 
 var (
-	tenantIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
-	keyIDRe    = regexp.MustCompile(`^[a-z0-9]{16}$`)
+	tenantIDRe = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,31}$`)
+	keyIDRe    = lazyregexp.New(`^[a-z0-9]{16}$`)
 )
 
 // adminOnly are the routes only the admin tenant may call (403 for every

@@ -5,16 +5,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 )
 
 // Triggers other than the API run a RunAction: that is the whole of what
 // a schedule or a webhook adds to the pipeline.
 
-var triggerIDRe = regexp.MustCompile(`^[a-z]+_[0-9a-f]{16,32}$`)
+var triggerIDRe = lazyregexp.New(`^[a-z]+_[0-9a-f]{16,32}$`)
 
 // ValidTriggerID reports whether id has the shape of a schedule or hook id.
 func ValidTriggerID(id string) bool { return triggerIDRe.MatchString(id) }

@@ -25,11 +25,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"runtime"
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 )
 
 // BinaryName is the runner binary's file name inside its directory.
@@ -41,7 +41,7 @@ const hashLen = 16
 // buildLen is how much of a build id a guest version carries.
 const buildLen = 12
 
-var hashRE = regexp.MustCompile(`^[0-9a-f]{16}$`)
+var hashRE = lazyregexp.New(`^[0-9a-f]{16}$`)
 
 // ValidHash reports whether h has the form of a runner directory name.
 func ValidHash(h string) bool { return hashRE.MatchString(h) }
@@ -146,4 +146,4 @@ func goBuildID(f *os.File) string {
 	return id
 }
 
-var buildIDRE = regexp.MustCompile(`^[A-Za-z0-9_/-]{1,256}$`)
+var buildIDRE = lazyregexp.New(`^[A-Za-z0-9_/-]{1,256}$`)

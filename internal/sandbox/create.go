@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/client"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
@@ -30,11 +30,11 @@ const (
 )
 
 var (
-	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
-	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	templateRE = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,31}~)?[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`) // [TENANT~]NAME[@VERSION]
-	idRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+	envKeyRE   = lazyregexp.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	labelKeyRE = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
+	hostnameRE = lazyregexp.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	templateRE = lazyregexp.New(`^([a-z0-9][a-z0-9-]{0,31}~)?[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`) // [TENANT~]NAME[@VERSION]
+	idRE       = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,63}$`)
 )
 
 func validateCreate(req *api.CreateSandboxRequest) error {

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 	"github.com/agentbox/agentbox/internal/oci"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenant"
@@ -192,4 +192,4 @@ func (m *Manager) importTemplate(ctx context.Context, name string, imp func(*lay
 	return a, nil
 }
 
-var layerNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var layerNameRE = lazyregexp.New(`^[a-z0-9][a-z0-9._-]{0,62}$`)

@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"regexp"
 	"sort"
 	"sync"
 	"time"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 )
 
 // Limits on stored secrets.
@@ -31,7 +31,7 @@ const (
 // NameRE is the shape of a stored secret name: a tenant's secrets are
 // stored as "<tenant>~<name>" (internal/tenant.Qualify), the admin's as
 // "<name>". Clients only ever give the unqualified part.
-var NameRE = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,31}~)?[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+var NameRE = lazyregexp.New(`^([a-z0-9][a-z0-9-]{0,31}~)?[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 const (
 	purposeStore = "agentbox secrets store v1"

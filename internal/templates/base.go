@@ -14,12 +14,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 )
 
 type baseKind int
@@ -39,8 +39,8 @@ type base struct {
 }
 
 var (
-	suiteRE   = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
-	packageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+	suiteRE   = lazyregexp.New(`^[a-z][a-z0-9-]*$`)
+	packageRE = lazyregexp.New(`^[a-z0-9][a-z0-9+.-]+$`)
 )
 
 // BuiltinBase reports whether s is a builtin base (busybox, debian:...)

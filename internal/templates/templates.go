@@ -39,7 +39,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +49,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
@@ -239,7 +239,7 @@ func writeJSON(path string, v any) error {
 // nameRE is the shape of a stored template name: a tenant's templates are
 // stored as "<tenant>~<name>" (internal/tenant.Qualify), the admin's as
 // "<name>". Clients only ever send the unqualified part.
-var nameRE = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,31}~)?[a-z0-9][a-z0-9._-]{0,62}$`)
+var nameRE = lazyregexp.New(`^([a-z0-9][a-z0-9-]{0,31}~)?[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // Validate checks a spec's syntax (not whether its base exists).
 func Validate(spec api.TemplateSpec) error {

@@ -13,11 +13,11 @@ package tenant
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 )
 
 // Principal is the authenticated caller of a request.
@@ -86,7 +86,7 @@ func From(ctx context.Context) Principal {
 }
 
 // idRE is the shape of a tenant id.
-var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+var idRE = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
 // ValidID checks the shape of a tenant id.
 func ValidID(id string) error {

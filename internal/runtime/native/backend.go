@@ -19,10 +19,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
@@ -66,8 +66,8 @@ var (
 )
 
 var (
-	idPattern     = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
-	parentPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
+	idPattern     = lazyregexp.New(`^[a-z0-9-]{1,64}$`)
+	parentPattern = lazyregexp.New(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
 )
 
 // New returns a backend. It fails with errdefs.ErrFailedPrecondition when the
