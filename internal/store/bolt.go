@@ -29,10 +29,12 @@ var (
 
 // Bolt is the embedded Store: one bbolt file holding one bucket of JSON
 // records keyed by sandbox id. bbolt serialises writers itself, so Bolt
-// needs no lock of its own.
+// needs no lock of its own; sandbox records are written in group commits
+// (group.go).
 type Bolt struct {
-	db  *bolt.DB
-	log *slog.Logger
+	db    *bolt.DB
+	log   *slog.Logger
+	group *groupCommit
 }
 
 var _ Store = (*Bolt)(nil)
@@ -87,7 +89,7 @@ func Open(path string, opts ...Option) (*Bolt, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("initialising store %s: %w", path, err)
 	}
-	return &Bolt{db: db, log: o.log}, nil
+	return &Bolt{db: db, log: o.log, group: &groupCommit{db: db}}, nil
 }
 
 // Path returns the store file's path.
@@ -116,7 +118,7 @@ func (b *Bolt) PutSandbox(ctx context.Context, rec SandboxRecord) error {
 	if err != nil {
 		return fmt.Errorf("encoding sandbox %s: %v: %w", id, err, errdefs.ErrInvalidArgument)
 	}
-	err = b.db.Update(func(tx *bolt.Tx) error {
+	err = b.group.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSandboxes).Put([]byte(id), data)
 	})
 	if err != nil {
@@ -163,7 +165,7 @@ func (b *Bolt) DeleteSandbox(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("deleting sandbox %s: %w", id, err)
 	}
-	err := b.db.Update(func(tx *bolt.Tx) error {
+	err := b.group.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSandboxes).Delete([]byte(id))
 	})
 	if err != nil {
