@@ -45,7 +45,8 @@ func readColonFile(path string, n int) ([][]string, error) {
 	defer f.Close()
 	var out [][]string
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	// Start small: this runs twice per exec, and the files are tiny.
+	sc.Buffer(make([]byte, 0, 4<<10), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
