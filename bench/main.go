@@ -39,10 +39,12 @@ func mainErr() error {
 		buildTO  = flag.Duration("build-timeout", 10*time.Minute, "limit for building the template before measuring")
 		peers    = flag.Bool("peers", true, "measure the peers (runc, crun, unshare, nsenter, floor)")
 		agentbox = flag.Bool("agentbox", true, "measure agentbox")
+		core     = flag.Bool("core", true, "with -agentbox: measure create→first exec and the exec round trip")
 		egressB  = flag.Bool("egress", true, "measure the egress proxy (needs -agentbox's binary)")
 		poolB    = flag.Bool("pool", true, "measure warm-pool claims (needs -agentbox's binary)")
 		scale    = flag.Bool("scale", false, "measure density (-scale-n paused sandboxes, minutes), wake, creates/s at concurrency 16 and noisy neighbours (needs -agentbox's binary)")
 		scaleN   = flag.Int("scale-n", 1000, "paused sandboxes for the density measurement")
+		parts    = flag.String("scale-parts", "noisy,rate,density", "which -scale measurements to run, comma-separated: noisy (exec next to CPU-burning neighbours), rate (creates/s at concurrency 16), density (memory per paused sandbox, resume and wake)")
 	)
 	flag.Parse()
 	if *n < 1 || *warmup < 0 {
@@ -83,7 +85,9 @@ func mainErr() error {
 		if err := ensureBinary(ctx, root, abin); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 		}
-		results = append(results, measureAgentbox(ctx, b, abin, *dataDir, *template, *buildTO)...)
+		if *core {
+			results = append(results, measureAgentbox(ctx, b, abin, *dataDir, *template, *buildTO)...)
+		}
 		if *egressB {
 			results = append(results, measureEgress(ctx, b, root, abin, *template, *buildTO)...)
 		}
@@ -91,7 +95,7 @@ func mainErr() error {
 			results = append(results, measurePool(ctx, b, abin, *template, *buildTO)...)
 		}
 		if *scale {
-			r, l := measureScale(ctx, b, abin, *template, *buildTO, *scaleN)
+			r, l := measureScale(ctx, b, abin, *template, *buildTO, *scaleN, scaleParts(*parts))
 			results, extra = append(results, r...), append(extra, l...)
 		}
 	}

@@ -206,6 +206,23 @@ const boundsText = `
   its two flushed events. The guest alone measures ≈1.0 ms against 0.6 ms
   bare (` + "`go test -bench ExecTrue ./internal/guest`" + `); the HTTP edge adds
   ≈0.3–0.4 ms. Both figures are very sensitive to load on a 2-core machine.
+- **Creates per second at concurrency 16** are bound by CPU: each create
+  costs ≈5 ms of daemon CPU and ≈10 ms in its guest (a fresh Go process:
+  exec and runtime start, the capability drops, each a stop-the-world
+  ` + "`AllThreadsSyscall`" + `, the mounts), so two cores give a little over 100 a
+  second, and anything else running on them takes its share off that. Sandbox records go to disk in group commits
+  (one transaction and fsync pair for every record that arrived during the
+  previous commit), so sixteen concurrent creates do not queue for sixteen
+  fsyncs.
+- **Exec next to ten busy neighbours**: the busy sandboxes and the one that
+  runs the execs have equal CPU weights, so on two cores the latter is
+  entitled to a sixth of one core, while ` + "`exec /bin/true`" + ` back to back
+  asks for about half of one (guest, fork, exec). The scheduler (EEVDF)
+  makes it wait once it is ahead of its share, and a process that wakes
+  on a core held by a loop waits up to the next tick (4 ms at 250 Hz):
+  the median hardly moves, the p99 does. Giving the agent's own processes
+  a short EEVDF slice (so they preempt the loops) made the p99 worse, not
+  better (paired runs; see docs/ARCHITECTURE.md).
 `
 
 const methodText = `
@@ -240,6 +257,16 @@ const methodText = `
   ` + "`POST /v1/sandboxes/{id}/exec {\"cmd\":[\"/bin/true\"]}`" + ` read to the ` + "`exit`" + ` event;
   the ` + "`DELETE`" + ` afterwards is not timed. Exec round trip = the same exec on one
   running sandbox.
+- **Scale** (` + "`-scale`" + `; ` + "`-scale-parts`" + ` picks noisy, rate, density): a private daemon
+  with a cgroup parent of its own. Noisy neighbours: eleven sandboxes; ten
+  run ` + "`while :; do :; done`" + ` (1 CPU each), the eleventh answers
+  ` + "`exec /bin/true`" + ` back to back. The idle and the loaded samples are
+  taken in alternating blocks (5 of each, 40 samples per block): the ten
+  loops are paused (cgroup freezer) for an idle block and resumed, with a
+  second to settle, for a loaded one, so that whatever else the machine does
+  weighs on both alike; the ratio is p99 loaded over p99 idle. Creates/s:
+  200 ` + "`POST /v1/sandboxes`" + ` from 16 concurrent clients, wall time of the
+  whole batch.
 - Everything the benchmark creates (containers, processes, temp dirs, the
   daemon and its sandboxes) is removed by id or pid when it ends, also on
   Ctrl-C.

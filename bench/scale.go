@@ -37,9 +37,27 @@ func init() {
 	groupTitles[groupScale] = "Scale: density, wake, create throughput, noisy neighbours"
 }
 
-// measureScale runs the scale benchmarks with count paused sandboxes and
-// returns their rows and target lines.
-func measureScale(ctx context.Context, b *bench, bin, template string, buildTimeout time.Duration, count int) ([]result, []ratioLine) {
+// scaleSet says which parts of the scale benchmarks run (-scale-parts).
+type scaleSet struct{ noisy, rate, density bool }
+
+func scaleParts(list string) scaleSet {
+	var p scaleSet
+	for _, f := range strings.Split(list, ",") {
+		switch strings.TrimSpace(f) {
+		case "noisy":
+			p.noisy = true
+		case "rate":
+			p.rate = true
+		case "density":
+			p.density = true
+		}
+	}
+	return p
+}
+
+// measureScale runs the scale benchmarks in parts with count paused
+// sandboxes and returns their rows and target lines.
+func measureScale(ctx context.Context, b *bench, bin, template string, buildTimeout time.Duration, count int, parts scaleSet) ([]result, []ratioLine) {
 	var (
 		res   []result
 		lines []ratioLine
@@ -70,21 +88,31 @@ func measureScale(ctx context.Context, b *bench, bin, template string, buildTime
 	if err != nil {
 		return notMeasured(err.Error() + d.logTail())
 	}
+	vals := map[string]float64{}
 
 	// Noisy neighbours first, on an otherwise empty daemon.
-	idle, noisy, err := measureNoisy(ctx, b, d, template)
-	p99 := func(s []time.Duration) time.Duration {
-		s = append([]time.Duration(nil), s...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return percentile(s, 99)
+	if parts.noisy {
+		idle, noisy, err := measureNoisy(ctx, b, d, template)
+		p99 := func(s []time.Duration) time.Duration {
+			s = append([]time.Duration(nil), s...)
+			sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+			return percentile(s, 99)
+		}
+		var idleP99, noisyP99 time.Duration
+		if err == nil {
+			idleP99, noisyP99 = p99(idle), p99(noisy)
+			fmt.Fprintf(os.Stderr, "bench: exec p99 idle %s, next to %d burning neighbours %s (%.2f×)\n", ms(idleP99), noisyNeighbours, ms(noisyP99), float64(noisyP99)/float64(idleP99))
+		}
+		res = append(res,
+			measured(keyScaleExecIdle, groupScale, "exec /bin/true, neighbours idle", fmt.Sprintf("%d idle (paused) neighbours; p99 %s; in %d blocks alternating with the next row's", noisyNeighbours, ms(idleP99), noisyBlocks), idle, err),
+			measured(keyScaleExecNoisy, groupScale, "exec /bin/true, 10 neighbours burning CPU", fmt.Sprintf("%d sandboxes each in a busy loop (1 CPU each) on %d cores; p99 %s", noisyNeighbours, numCPU(), ms(noisyP99)), noisy, err))
+		if idleP99 > 0 {
+			vals["noisy"] = float64(noisyP99) / float64(idleP99)
+		}
 	}
-	var idleP99, noisyP99 time.Duration
-	if err == nil {
-		idleP99, noisyP99 = p99(idle), p99(noisy)
+	if !parts.rate && !parts.density {
+		return res, scaleLines(vals)
 	}
-	res = append(res,
-		measured(keyScaleExecIdle, groupScale, "exec /bin/true, neighbours idle", fmt.Sprintf("%d idle neighbours; p99 %s", noisyNeighbours, ms(idleP99)), idle, err),
-		measured(keyScaleExecNoisy, groupScale, "exec /bin/true, 10 neighbours burning CPU", fmt.Sprintf("%d sandboxes each in a busy loop (1 CPU each) on %d cores; p99 %s", noisyNeighbours, numCPU(), ms(noisyP99)), noisy, err))
 
 	// Density and throughput.
 	time.Sleep(time.Second) // let the zygote pool refill
@@ -112,19 +140,35 @@ func measureScale(ctx context.Context, b *bench, bin, template string, buildTime
 	defer func() {
 		_ = parallel(context.WithoutCancel(ctx), len(ids), scaleConcurrency, func(i int) error { return d.remove(ctx, ids[i]) })
 	}()
-	rateN := min(scaleRateCount, count)
-	took, err := createPaused(rateN, false)
-	var rate float64
-	if err == nil {
-		rate = float64(rateN) / took.Seconds()
-		fmt.Fprintf(os.Stderr, "bench: %d creates at concurrency %d in %v (%.1f/s)\n", rateN, scaleConcurrency, took, rate)
-		err = parallel(ctx, len(ids), scaleConcurrency, func(i int) error {
-			return d.raw(ctx, http.MethodPost, "/v1/sandboxes/"+ids[i]+"/pause", nil, http.StatusOK)
-		})
+	if parts.rate {
+		rateN := min(scaleRateCount, count)
+		took, err := createPaused(rateN, false)
+		if err == nil {
+			vals["rate"] = float64(rateN) / took.Seconds()
+			fmt.Fprintf(os.Stderr, "bench: %d creates at concurrency %d in %v (%.1f/s)\n", rateN, scaleConcurrency, took, vals["rate"])
+			if parts.density {
+				err = parallel(ctx, len(ids), scaleConcurrency, func(i int) error {
+					return d.raw(ctx, http.MethodPost, "/v1/sandboxes/"+ids[i]+"/pause", nil, http.StatusOK)
+				})
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: creates/s: %v%s\n", err, d.logTail())
+			delete(vals, "rate")
+			if parts.density {
+				why := fmt.Sprintf("not measured: creates failed: %v", err)
+				res = append(res, skipped(keyScaleResume, groupScale, keyScaleResume, why), skipped(keyScaleWake, groupScale, keyScaleWake, why))
+				parts.density = false
+			}
+		}
 	}
-	if err == nil && count > rateN {
-		took, err = createPaused(count-rateN, true)
-		fmt.Fprintf(os.Stderr, "bench: %d more created and paused in %v\n", count-rateN, took)
+	if !parts.density {
+		return res, scaleLines(vals)
+	}
+	if n := count - len(ids); n > 0 {
+		var took time.Duration
+		took, err = createPaused(n, true)
+		fmt.Fprintf(os.Stderr, "bench: %d more created and paused in %v\n", n, took)
 	}
 	var perBox float64
 	if err == nil {
@@ -154,9 +198,8 @@ func measureScale(ctx context.Context, b *bench, bin, template string, buildTime
 	res = append(res,
 		measured(keyScaleResume, groupScale, fmt.Sprintf("POST resume of one of %d paused sandboxes", count), "thaw + record; distinct sandboxes", resume, err),
 		measured(keyScaleWake, groupScale, fmt.Sprintf("exec /bin/true on one of %d paused sandboxes (wake on use)", count), "wake + exec round trip; distinct sandboxes", wake, err))
-	vals := map[string]float64{"mem": perBox, "rate": rate}
-	if idleP99 > 0 {
-		vals["noisy"] = float64(noisyP99) / float64(idleP99)
+	if err == nil {
+		vals["mem"] = perBox
 	}
 	if len(wake) > 0 && err == nil {
 		s := append([]time.Duration(nil), wake...)
@@ -194,8 +237,17 @@ func scaleLines(vals map[string]float64) []ratioLine {
 	return []ratioLine{mem, rate, wake, noisy}
 }
 
-// measureNoisy times exec on one sandbox with noisyNeighbours idle
-// sandboxes, then with each of them running a busy loop.
+// noisyBlocks is how many blocks of idle and of loaded samples
+// measureNoisy alternates.
+const noisyBlocks = 5
+
+// measureNoisy times exec on one sandbox next to noisyNeighbours sandboxes
+// that are idle, then each running a busy loop. The two kinds of samples
+// are taken in alternating blocks: the neighbours' loops are started once
+// and paused (cgroup freezer: no CPU at all, as idle as an idle sandbox)
+// for the idle blocks, resumed for the loaded ones. Whatever else the
+// machine does meanwhile then weighs on both alike, instead of on whichever
+// phase it happened to coincide with.
 func measureNoisy(ctx context.Context, b *bench, d *daemon, template string) (idle, noisy []time.Duration, err error) {
 	ids := make([]string, noisyNeighbours+1)
 	defer func() {
@@ -210,25 +262,54 @@ func measureNoisy(ctx context.Context, b *bench, d *daemon, template string) (id
 			return nil, nil, err
 		}
 	}
-	target := ids[noisyNeighbours]
-	n := max(b.n, 200) // a p99 needs a few hundred samples
-	if idle, err = timeN(ctx, n, b.warmup, func(int) error { return d.exec(ctx, target, "/bin/true") }, nil); err != nil {
+	target, neighbours := ids[noisyNeighbours], ids[:noisyNeighbours]
+	exec := func(int) error { return d.exec(ctx, target, "/bin/true") }
+	if _, err := timeN(ctx, 0, b.warmup, exec, nil); err != nil {
 		return nil, nil, err
 	}
 	bctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for _, id := range ids[:noisyNeighbours] {
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+	for _, id := range neighbours {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			_ = d.exec(bctx, id, "sh", "-c", "while :; do :; done")
 		}()
 	}
-	time.Sleep(time.Second) // let the loops take the CPUs
-	noisy, err = timeN(ctx, n, b.warmup, func(int) error { return d.exec(ctx, target, "/bin/true") }, nil)
-	stop()
-	wg.Wait()
-	return idle, noisy, err
+	time.Sleep(time.Second) // let the loops start
+	setAll := func(op string) error {
+		return parallel(ctx, len(neighbours), len(neighbours), func(i int) error {
+			return d.raw(ctx, http.MethodPost, "/v1/sandboxes/"+neighbours[i]+"/"+op, nil, http.StatusOK)
+		})
+	}
+	n := max(b.n, 200) // a p99 needs a few hundred samples
+	per := (n + noisyBlocks - 1) / noisyBlocks
+	for blk := 0; blk < noisyBlocks; blk++ {
+		if err := setAll("pause"); err != nil {
+			return nil, nil, err
+		}
+		s, err := timeN(ctx, per, 1, exec, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		idle = append(idle, s...)
+		if err := setAll("resume"); err != nil {
+			return nil, nil, err
+		}
+		// Thawed loops come back owed the time they were frozen
+		// (EEVDF keeps a sleeper's lag); measure once they are back to
+		// steady contention, as in a sandbox that never stopped.
+		time.Sleep(time.Second)
+		if s, err = timeN(ctx, per, 1, exec, nil); err != nil {
+			return nil, nil, err
+		}
+		noisy = append(noisy, s...)
+	}
+	return idle, noisy, nil
 }
 
 // parallel runs fn(0..n-1) on conc goroutines and returns the first error.
