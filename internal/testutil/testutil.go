@@ -46,6 +46,15 @@ func RequiresFile(t testing.TB, path, why string) {
 	}
 }
 
+// Requires skips t unless ok, naming the missing capability (a kernel
+// feature, a cgroup layout) in why.
+func Requires(t testing.TB, ok bool, why string) {
+	t.Helper()
+	if !ok {
+		skipf(t, "requires %s", why)
+	}
+}
+
 // Short skips t in -short mode (slow integration tests).
 func Short(t testing.TB) {
 	t.Helper()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -132,9 +133,7 @@ func TestNewRemovesPartialZygoteCgroups(t *testing.T) {
 		t.Skip("zygotes are kept on cgroup v1 hierarchies only")
 	}
 	roots := newBackendTB(t).hierarchyRoots()
-	if len(roots) < 2 {
-		t.Skipf("only %d v1 hierarchies", len(roots))
-	}
+	testutil.Requires(t, len(roots) >= 2, fmt.Sprintf("at least 2 cgroup v1 hierarchies (found %d)", len(roots)))
 	name := zygotePrefix + "left" + strconv.Itoa(os.Getpid())
 	var dirs []string
 	for _, root := range roots {

@@ -1,12 +1,15 @@
 package native
 
 import (
+	"fmt"
 	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/testutil"
 )
 
 // A signal arriving while the watcher polls a re-adopted guest's pidfd
@@ -35,9 +38,7 @@ func TestWatchPidfdIgnoresEINTR(t *testing.T) {
 	defer func() { poll = unix.Poll }()
 
 	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		t.Skipf("pidfd_open: %v", err)
-	}
+	testutil.Requires(t, err == nil, fmt.Sprintf("pidfd_open (Linux 5.3+): %v", err))
 	done, err := watchPidfd(pidfd)
 	if err != nil {
 		t.Fatal(err)
