@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/agentbox/agentbox/api"
 )
@@ -23,16 +22,6 @@ func (h *handler) adminRoutes() []route {
 		return nil
 	}
 	return []route{
-		{"GET", "/v1/admin/quarantine", func(w http.ResponseWriter, r *http.Request) {
-			recs, err := qs.Quarantine(r.Context())
-			if err != nil {
-				writeError(w, r, err)
-				return
-			}
-			if recs == nil {
-				recs = []api.QuarantinedRecord{}
-			}
-			writeJSON(w, http.StatusOK, recs)
-		}},
+		{"GET", "/v1/admin/quarantine", listAll(qs.Quarantine, func(l []api.QuarantinedRecord) []api.QuarantinedRecord { return l })},
 	}
 }

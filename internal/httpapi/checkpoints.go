@@ -63,6 +63,22 @@ func checkpointID(r *http.Request) (string, error) {
 	return id, nil
 }
 
+// listAll serves GET of a whole collection: the result of list, never
+// null, wrapped by wrap into its list body.
+func listAll[T, L any](list func(context.Context) ([]T, error), wrap func([]T) L) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		items, err := list(r.Context())
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if items == nil {
+			items = []T{}
+		}
+		writeJSON(w, http.StatusOK, wrap(items))
+	}
+}
+
 // withBody serves a call on the object named by the path (read with
 // pathID) with a JSON body that may be empty, answering its result as JSON
 // with status.

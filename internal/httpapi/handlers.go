@@ -420,18 +420,6 @@ func (h *handler) writeArchive(w http.ResponseWriter, r *http.Request) {
 
 // --- templates (build is in stream.go) ---
 
-func (h *handler) listTemplates(w http.ResponseWriter, r *http.Request) {
-	ts, err := h.svc.ListTemplates(r.Context())
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if ts == nil {
-		ts = []api.Template{}
-	}
-	writeJSON(w, http.StatusOK, api.TemplateList{Templates: ts})
-}
-
 func (h *handler) getTemplate(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if !templateNameRe.MatchString(name) {

@@ -116,7 +116,7 @@ func (h *handler) routes() []route {
 		{"DELETE", "/v1/sandboxes/{id}/fs", h.remove},
 		{"GET", "/v1/sandboxes/{id}/fs/archive", h.readArchive},
 		{"PUT", "/v1/sandboxes/{id}/fs/archive", h.writeArchive},
-		{"GET", "/v1/templates", h.listTemplates},
+		{"GET", "/v1/templates", listAll(h.svc.ListTemplates, func(l []api.Template) api.TemplateList { return api.TemplateList{Templates: l} })},
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
 	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.poolRoutes(), h.adminRoutes(), h.tenantRoutes())...)

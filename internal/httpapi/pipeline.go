@@ -111,7 +111,7 @@ func (h *handler) pipelineRoutes() []route {
 		x := scheduleHandlers{h: h, svc: ss}
 		rts = append(rts,
 			route{"POST", "/v1/schedules", x.create},
-			route{"GET", "/v1/schedules", x.list},
+			route{"GET", "/v1/schedules", listAll(ss.ListSchedules, func(l []api.Schedule) api.ScheduleList { return api.ScheduleList{Schedules: l} })},
 			route{"GET", "/v1/schedules/{sid}", byID("schedule", http.StatusOK, ss.GetSchedule)},
 			route{"DELETE", "/v1/schedules/{sid}", deleteByID("schedule", ss.DeleteSchedule)},
 			route{"POST", "/v1/schedules/{sid}/trigger", byID("schedule", http.StatusOK, ss.TriggerSchedule)},
@@ -121,7 +121,7 @@ func (h *handler) pipelineRoutes() []route {
 		x := hookHandlers{h: h, svc: hs}
 		rts = append(rts,
 			route{"POST", "/v1/hooks", x.create},
-			route{"GET", "/v1/hooks", x.list},
+			route{"GET", "/v1/hooks", listAll(hs.ListHooks, func(l []api.Hook) api.HookList { return api.HookList{Hooks: l} })},
 			route{"GET", "/v1/hooks/{sid}", byID("hook", http.StatusOK, hs.GetHook)},
 			route{"DELETE", "/v1/hooks/{sid}", deleteByID("hook", hs.DeleteHook)},
 			route{"POST", "/v1/hooks/{sid}", x.deliver},
@@ -323,18 +323,6 @@ func (x scheduleHandlers) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, s)
 }
 
-func (x scheduleHandlers) list(w http.ResponseWriter, r *http.Request) {
-	list, err := x.svc.ListSchedules(r.Context())
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if list == nil {
-		list = []api.Schedule{}
-	}
-	writeJSON(w, http.StatusOK, api.ScheduleList{Schedules: list})
-}
-
 type hookHandlers struct {
 	h   *handler
 	svc HookService
@@ -356,18 +344,6 @@ func (x hookHandlers) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, hk)
-}
-
-func (x hookHandlers) list(w http.ResponseWriter, r *http.Request) {
-	list, err := x.svc.ListHooks(r.Context())
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if list == nil {
-		list = []api.Hook{}
-	}
-	writeJSON(w, http.StatusOK, api.HookList{Hooks: list})
 }
 
 // deliver is a webhook delivery: the raw body (at most MaxBodyBytes) is

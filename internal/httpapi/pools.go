@@ -38,13 +38,6 @@ func (h *handler) poolRoutes() []route {
 			}
 			writeJSON(w, http.StatusOK, p)
 		}},
-		{"GET", "/v1/pools", func(w http.ResponseWriter, r *http.Request) {
-			pools, err := ps.Pools(r.Context())
-			if err != nil {
-				writeError(w, r, err)
-				return
-			}
-			writeJSON(w, http.StatusOK, api.PoolList{Pools: pools})
-		}},
+		{"GET", "/v1/pools", listAll(ps.Pools, func(l []api.Pool) api.PoolList { return api.PoolList{Pools: l} })},
 	}
 }

@@ -49,7 +49,7 @@ func (h *handler) secretRoutes() []route {
 	if ss, ok := h.svc.(SecretService); ok {
 		s := secretHandlers{h: h, svc: ss}
 		rts = append(rts,
-			route{"GET", "/v1/secrets", s.list},
+			route{"GET", "/v1/secrets", listAll(ss.ListSecrets, func(l []api.SecretInfo) api.SecretList { return api.SecretList{Secrets: l} })},
 			route{"PUT", "/v1/secrets/{name}", s.put},
 			route{"DELETE", "/v1/secrets/{name}", s.delete},
 		)
@@ -86,18 +86,6 @@ func secretName(r *http.Request) (string, error) {
 		return "", errorf("invalid secret name %q (letters, digits, '_', '.', '-'; at most 128)", clip(name))
 	}
 	return name, nil
-}
-
-func (s secretHandlers) list(w http.ResponseWriter, r *http.Request) {
-	list, err := s.svc.ListSecrets(r.Context())
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if list == nil {
-		list = []api.SecretInfo{}
-	}
-	writeJSON(w, http.StatusOK, api.SecretList{Secrets: list})
 }
 
 // put takes the value as the raw body, or as {"value": "..."} when the

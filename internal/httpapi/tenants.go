@@ -85,14 +85,7 @@ func (h *handler) tenantRoutes() []route {
 		return id, nil
 	}
 	return []route{
-		{"GET", "/v1/tenants", func(w http.ResponseWriter, r *http.Request) {
-			list, err := ts.ListTenants(r.Context())
-			if err != nil {
-				writeError(w, r, err)
-				return
-			}
-			writeJSON(w, http.StatusOK, api.TenantList{Tenants: list})
-		}},
+		{"GET", "/v1/tenants", listAll(ts.ListTenants, func(l []api.Tenant) api.TenantList { return api.TenantList{Tenants: l} })},
 		{"POST", "/v1/tenants", func(w http.ResponseWriter, r *http.Request) {
 			var req api.CreateTenantRequest
 			if err := h.decodeJSON(w, r, &req, false); err != nil {
@@ -134,14 +127,7 @@ func (h *handler) tenantRoutes() []route {
 			}
 			w.WriteHeader(http.StatusNoContent)
 		}},
-		{"GET", "/v1/keys", func(w http.ResponseWriter, r *http.Request) {
-			list, err := ts.ListAPIKeys(r.Context())
-			if err != nil {
-				writeError(w, r, err)
-				return
-			}
-			writeJSON(w, http.StatusOK, api.APIKeyList{Keys: list})
-		}},
+		{"GET", "/v1/keys", listAll(ts.ListAPIKeys, func(l []api.APIKey) api.APIKeyList { return api.APIKeyList{Keys: l} })},
 		{"POST", "/v1/keys", func(w http.ResponseWriter, r *http.Request) {
 			var req api.CreateAPIKeyRequest
 			if err := h.decodeJSON(w, r, &req, true); err != nil {
