@@ -66,13 +66,7 @@ func (f *fakeService) ForkSandbox(ctx context.Context, id string, req api.ForkRe
 }
 
 func TestCheckpointRoutes(t *testing.T) {
-	cases := []struct {
-		method, path, body string
-		err                error
-		status             int
-		call               string
-		args               []any
-	}{
+	cases := []routeCase{
 		{"POST", "/v1/sandboxes/sb1/checkpoints", `{"name":"before","labels":{"k":"v"}}`, nil, 201, "CreateCheckpoint", []any{"sb1", api.CreateCheckpointRequest{Name: "before", Labels: map[string]string{"k": "v"}}}},
 		{"POST", "/v1/sandboxes/sb1/checkpoints", ``, nil, 201, "CreateCheckpoint", []any{"sb1", api.CreateCheckpointRequest{}}},
 		{"POST", "/v1/sandboxes/sb1/checkpoints", `{"nme":"x"}`, nil, 400, "", nil},
@@ -93,25 +87,9 @@ func TestCheckpointRoutes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {
-			f := &fakeService{err: tc.err}
-			h := New(f, Options{})
-			req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code != tc.status {
-				t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
-			}
-			if tc.call == "" {
-				if len(f.calls) != 0 {
-					t.Fatalf("service called on invalid input: %v", f.calls)
-				}
+			_, rec, called := tc.serve(t)
+			if !called {
 				return
-			}
-			if len(f.calls) != 1 || f.calls[0] != tc.call {
-				t.Fatalf("calls %v, want %s", f.calls, tc.call)
-			}
-			if tc.args != nil && !reflect.DeepEqual(f.lastArgs, tc.args) {
-				t.Fatalf("args %#v, want %#v", f.lastArgs, tc.args)
 			}
 			if tc.status >= 400 {
 				var e api.Error

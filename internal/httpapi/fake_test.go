@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -254,4 +257,40 @@ func (s *fakeStream) isClosed() bool {
 	default:
 		return false
 	}
+}
+
+// routeCase is one request to a fresh handler serving a fakeService that
+// fails with err: the status it must get and the one service call it must
+// make (with args, when set); call "" means the service must not be called.
+type routeCase struct {
+	method, path, body string
+	err                error
+	status             int
+	call               string
+	args               []any
+}
+
+// serve runs tc and checks its status and call. called is false when tc
+// expects no call (nothing more to check).
+func (tc routeCase) serve(t *testing.T) (f *fakeService, rec *httptest.ResponseRecorder, called bool) {
+	t.Helper()
+	f = &fakeService{err: tc.err}
+	rec = httptest.NewRecorder()
+	New(f, Options{}).ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+	if rec.Code != tc.status {
+		t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
+	}
+	if tc.call == "" {
+		if len(f.calls) != 0 {
+			t.Fatalf("service called on invalid input: %v", f.calls)
+		}
+		return f, rec, false
+	}
+	if len(f.calls) != 1 || f.calls[0] != tc.call {
+		t.Fatalf("calls %v, want %s", f.calls, tc.call)
+	}
+	if tc.args != nil && !reflect.DeepEqual(f.lastArgs, tc.args) {
+		t.Fatalf("args %#v, want %#v", f.lastArgs, tc.args)
+	}
+	return f, rec, true
 }

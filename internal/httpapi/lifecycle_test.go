@@ -42,13 +42,7 @@ func (f *fakeService) SandboxTransitions(ctx context.Context, id string) ([]api.
 }
 
 func TestLifecycleRoutes(t *testing.T) {
-	cases := []struct {
-		method, path, body string
-		err                error
-		status             int
-		call               string
-		args               []any
-	}{
+	cases := []routeCase{
 		{"POST", "/v1/sandboxes/sb1/pause", ``, nil, 200, "PauseSandbox", []any{"sb1"}},
 		{"POST", "/v1/sandboxes/sb1/pause", ``, fmt.Errorf("hibernated: %w", errdefs.ErrConflict), 409, "PauseSandbox", nil},
 		{"POST", "/v1/sandboxes/sb1/resume", ``, nil, 200, "ResumeSandbox", []any{"sb1"}},
@@ -64,24 +58,9 @@ func TestLifecycleRoutes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {
-			f := &fakeService{err: tc.err}
-			h := New(f, Options{})
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
-			if rec.Code != tc.status {
-				t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
-			}
-			if tc.call == "" {
-				if len(f.calls) != 0 {
-					t.Fatalf("service called on invalid input: %v", f.calls)
-				}
+			_, rec, called := tc.serve(t)
+			if !called {
 				return
-			}
-			if len(f.calls) != 1 || f.calls[0] != tc.call {
-				t.Fatalf("calls %v, want %s", f.calls, tc.call)
-			}
-			if tc.args != nil && !reflect.DeepEqual(f.lastArgs, tc.args) {
-				t.Fatalf("args %#v, want %#v", f.lastArgs, tc.args)
 			}
 			if tc.status == 200 && strings.HasSuffix(tc.path, "/transitions") {
 				var tl api.TransitionList

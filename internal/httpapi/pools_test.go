@@ -3,9 +3,6 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
-	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
@@ -31,13 +28,7 @@ func (f *fakeService) Pools(ctx context.Context) ([]api.Pool, error) {
 }
 
 func TestPoolRoutes(t *testing.T) {
-	cases := []struct {
-		method, path, body string
-		err                error
-		status             int
-		call               string
-		args               []any
-	}{
+	cases := []routeCase{
 		{"PUT", "/v1/templates/busybox/pool", `{"size":3}`, nil, 200, "SetPool", []any{"busybox", 3}},
 		{"PUT", "/v1/templates/busybox/pool", `{"size":3,"extra":1}`, nil, 400, "", nil},
 		{"PUT", "/v1/templates/busybox/pool", `{"size":"x"}`, nil, 400, "", nil},
@@ -47,24 +38,9 @@ func TestPoolRoutes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {
-			f := &fakeService{err: tc.err}
-			h := New(f, Options{})
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
-			if rec.Code != tc.status {
-				t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
-			}
-			if tc.call == "" {
-				if len(f.calls) != 0 {
-					t.Fatalf("service called on invalid input: %v", f.calls)
-				}
+			_, rec, called := tc.serve(t)
+			if !called {
 				return
-			}
-			if len(f.calls) != 1 || f.calls[0] != tc.call {
-				t.Fatalf("calls %v, want %s", f.calls, tc.call)
-			}
-			if tc.args != nil && !reflect.DeepEqual(f.lastArgs, tc.args) {
-				t.Fatalf("args %#v, want %#v", f.lastArgs, tc.args)
 			}
 			if tc.status == 200 && tc.path == "/v1/pools" {
 				var pl api.PoolList

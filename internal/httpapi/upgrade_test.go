@@ -37,13 +37,7 @@ func (f *fakeService) UpgradeSandbox(ctx context.Context, id string, req api.Upg
 }
 
 func TestUpgradeRoutes(t *testing.T) {
-	cases := []struct {
-		method, path, body string
-		err                error
-		status             int
-		call               string
-		args               []any
-	}{
+	cases := []routeCase{
 		{"POST", "/v1/sandboxes/sb1/upgrade", `{"runner":"/opt/agentbox"}`, nil, 200, "UpgradeSandbox", []any{"sb1", api.UpgradeRequest{Runner: "/opt/agentbox"}}},
 		{"POST", "/v1/sandboxes/sb1/upgrade", ``, nil, 200, "UpgradeSandbox", []any{"sb1", api.UpgradeRequest{}}},
 		{"POST", "/v1/sandboxes/sb1/upgrade", `{"runner_hash":"0123456789abcdef"}`, fmt.Errorf("rolled back: %w", errdefs.ErrFailedPrecondition), 412, "UpgradeSandbox", nil},
@@ -56,24 +50,9 @@ func TestUpgradeRoutes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {
-			f := &fakeService{err: tc.err}
-			h := New(f, Options{})
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
-			if rec.Code != tc.status {
-				t.Fatalf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
-			}
-			if tc.call == "" {
-				if len(f.calls) != 0 {
-					t.Fatalf("service called on invalid input: %v", f.calls)
-				}
+			f, rec, called := tc.serve(t)
+			if !called {
 				return
-			}
-			if len(f.calls) != 1 || f.calls[0] != tc.call {
-				t.Fatalf("calls %v, want %s", f.calls, tc.call)
-			}
-			if tc.args != nil && !reflect.DeepEqual(f.lastArgs, tc.args) {
-				t.Fatalf("args %#v, want %#v", f.lastArgs, tc.args)
 			}
 			switch {
 			case tc.call == "StageRunner":
