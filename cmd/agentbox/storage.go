@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
 func init() { extraCommands = append(extraCommands, infoCmd, gcCmd) }
@@ -100,17 +103,23 @@ func exportTo(cmd *cobra.Command, rc io.ReadCloser, out string) error {
 }
 
 func templateExportCmd(_ *globals) *cobra.Command {
+	return exportCmd("export NAME [-o FILE] (> image.tar)", "Export a template as an OCI image archive", (*agentbox.Client).ExportTemplate)
+}
+
+// exportCmd is an export verb: the archive export returns for its one
+// argument goes to stdout or to -o FILE.
+func exportCmd(use, short string, export func(*agentbox.Client, context.Context, string) (io.ReadCloser, error)) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
-		Use:   "export NAME [-o FILE] (> image.tar)",
-		Short: "Export a template as an OCI image archive",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := rootGlobals(cmd).client()
 			if err != nil {
 				return err
 			}
-			rc, err := c.ExportTemplate(cmd.Context(), args[0])
+			rc, err := export(c, cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -177,23 +186,5 @@ func printTemplate(cmd *cobra.Command, g *globals, name, id string, size int64, 
 }
 
 func checkpointExportCmd() *cobra.Command {
-	var out string
-	cmd := &cobra.Command{
-		Use:   "export CHECKPOINT [-o FILE] (> image.tar)",
-		Short: "Export a checkpoint's filesystem as an OCI image archive",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := rootGlobals(cmd).client()
-			if err != nil {
-				return err
-			}
-			rc, err := c.ExportCheckpoint(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return exportTo(cmd, rc, out)
-		},
-	}
-	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of stdout")
-	return cmd
+	return exportCmd("export CHECKPOINT [-o FILE] (> image.tar)", "Export a checkpoint's filesystem as an OCI image archive", (*agentbox.Client).ExportCheckpoint)
 }
