@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,6 +161,79 @@ func TestLimitsDiskQuota(t *testing.T) {
 	})
 	eventually(t, "no loop devices after delete", func() bool { return len(loopsOf(t, d.dataDir)) == 0 })
 	if imgs, _ := filepath.Glob(filepath.Join(d.dataDir, "disks", "*")); len(imgs) != 0 {
+		t.Fatalf("images left: %v", imgs)
+	}
+}
+
+// A fork of a disk-capped sandbox has a cap of its own: it sees its
+// parent's files, gets ENOSPC once it has written its own quota, the host
+// loses no more than that, the parent keeps writing, and the fork's
+// filesystem is unmounted on hibernate (files kept) and gone on delete.
+func TestLimitsDiskQuotaFork(t *testing.T) {
+	d := newDaemon(t)
+	if m := agentboxInfo(t, d).DiskQuota; m != api.DiskQuotaLoopExt4 && m != api.DiskQuotaXFSProject {
+		t.Fatalf("agentbox info: disk_quota %q, want a method", m)
+	}
+	ctx := context.Background()
+	const quota = 64 << 20
+	parent := d.create(t, agentbox.SandboxSpec{Resources: api.Resources{DiskBytes: quota, DiskInodes: 4096}})
+	mustRun(t, parent, "dd if=/dev/zero of=/root/base bs=1M count=8 2>/dev/null && echo base > /root/name")
+	forks, err := parent.Fork(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, other := forks[0], forks[1]
+
+	if got := mustRun(t, fork, "cat /root/name"); got != "base\n" {
+		t.Fatalf("fork sees %q, want the parent's file", got)
+	}
+	info, err := d.client.Get(ctx, fork.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if du := info.Info().Disk; du == nil || du.TotalBytes > quota || du.TotalBytes < quota/2 {
+		t.Fatalf("fork's inspect disk = %+v, want a total of about %d", du, quota)
+	}
+	before := freeBytes(t, d.dataDir)
+	res := run(t, fork, "dd if=/dev/zero of=/root/fill bs=1M count=256 2>&1; echo rc=$?; sync")
+	if out := string(res.Stdout); !strings.Contains(out, "No space left on device") || !strings.Contains(out, "rc=1") {
+		t.Fatalf("filling the fork's disk: %s", out)
+	}
+	size, _ := strconv.ParseInt(strings.TrimSpace(mustRun(t, fork, "wc -c < /root/fill")), 10, 64)
+	if size < quota/2 || size > quota {
+		t.Fatalf("fork wrote %d bytes before ENOSPC, want about %d", size, quota)
+	}
+	if used := before - freeBytes(t, d.dataDir); used > quota+32<<20 {
+		t.Fatalf("host lost %d bytes to one fork, its quota is %d", used, quota)
+	}
+	// The parent and the other fork have quotas of their own, untouched.
+	mustRun(t, parent, "dd if=/dev/zero of=/root/more bs=1M count=16 2>/dev/null")
+	mustRun(t, other, "dd if=/dev/zero of=/root/more bs=1M count=16 2>/dev/null")
+
+	mustRun(t, fork, "rm /root/fill && echo again > /root/again")
+	if err := fork.Hibernate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := agentboxInfo(t, d).DiskQuota; m == api.DiskQuotaLoopExt4 {
+		dir := filepath.Join(d.dataDir, "sandboxes", fork.ID())
+		eventually(t, "fork's quota fs unmounted on hibernate", func() bool {
+			return !slices.Contains(mountsUnder(t, dir), dir)
+		})
+	}
+	if got := mustRun(t, fork, "cat /root/again /root/name"); got != "again\nbase\n" {
+		t.Fatalf("fork after wake: %q", got)
+	}
+
+	for _, sb := range []*agentbox.Sandbox{fork, other, parent} {
+		if err := sb.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "no quota mounts after delete", func() bool {
+		return len(mountsUnder(t, filepath.Join(d.dataDir, "sandboxes")+"/")) == 0
+	})
+	eventually(t, "no loop devices after delete", func() bool { return len(loopsOf(t, d.dataDir)) == 0 })
+	if imgs, _ := filepath.Glob(filepath.Join(d.dataDir, "disks", "*.img")); len(imgs) != 0 {
 		t.Fatalf("images left: %v", imgs)
 	}
 }

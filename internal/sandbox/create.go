@@ -223,24 +223,11 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 		}
 	}()
 	if fresh {
-		if err := os.Mkdir(p.dir, 0o711); err != nil {
-			return nil, fmt.Errorf("creating sandbox %s: creating dir: %w", id, err)
+		remove, err := m.makeSandboxDir(ctx, rec)
+		if err != nil {
+			return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
-		undo = append(undo, func() { _ = os.RemoveAll(p.dir) })
-		if hasDisk(rec) {
-			if err := m.createDisk(ctx, rec); err != nil {
-				return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
-			}
-			undo = append(undo, func() { _ = m.removeDisk(ctx, id) })
-		}
-		for _, d := range []string{p.upper, p.work} {
-			if err := os.Mkdir(d, 0o755); err != nil {
-				return nil, fmt.Errorf("creating sandbox %s: creating dir: %w", id, err)
-			}
-			if err := os.Lchown(d, int(m.cfg.IDs.HostID), int(m.cfg.IDs.HostID)); err != nil {
-				return nil, fmt.Errorf("creating sandbox %s: chown dir: %w", id, err)
-			}
-		}
+		undo = append(undo, remove)
 	}
 	if err := os.MkdirAll(p.state, 0o700); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: creating state dir: %w", id, err)

@@ -92,6 +92,33 @@ func (m *Manager) createDisk(ctx context.Context, rec store.SandboxRecord) error
 	return nil
 }
 
+// makeSandboxDir makes rec's sandbox dir with its disk quota, when it asks
+// for one, and the empty upper and work dirs inside it (so they are under
+// the cap). remove undoes all of it; on error nothing is left.
+func (m *Manager) makeSandboxDir(ctx context.Context, rec store.SandboxRecord) (remove func(), err error) {
+	id := rec.Sandbox.ID
+	p := m.paths(id)
+	if err := os.Mkdir(p.dir, 0o711); err != nil {
+		return nil, fmt.Errorf("creating dir: %w", err)
+	}
+	remove = func() { _ = os.RemoveAll(p.dir) }
+	if hasDisk(rec) {
+		if err := m.createDisk(ctx, rec); err != nil {
+			remove()
+			return nil, err
+		}
+		remove = func() {
+			_ = m.removeDisk(context.WithoutCancel(ctx), id)
+			_ = os.RemoveAll(p.dir)
+		}
+	}
+	if err := m.mkUpperWork(p); err != nil {
+		remove()
+		return nil, fmt.Errorf("creating upper and work dirs: %w", err)
+	}
+	return remove, nil
+}
+
 // mountDisk mounts rec's quota filesystem at its sandbox dir when the
 // method has them and it is not mounted.
 func (m *Manager) mountDisk(rec store.SandboxRecord) error {

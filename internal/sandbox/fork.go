@@ -183,17 +183,17 @@ func (m *Manager) forkOne(ctx context.Context, id string, ck store.CheckpointRec
 		StateDir:   p.state,
 	}
 	setExtra(&rec, recordExtra{ForkBase: ck.Checkpoint.ID})
-	if err := os.Mkdir(p.dir, 0o711); err != nil {
+	// A fork has the checkpoint's resources, its disk cap included: its
+	// writable layer starts empty under a quota of its own.
+	remove, err := m.makeSandboxDir(ctx, rec)
+	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
 	}
 	defer func() {
 		if err != nil {
-			_ = os.RemoveAll(p.dir)
+			remove()
 		}
 	}()
-	if err := m.mkUpperWork(p); err != nil {
-		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
-	}
 	if err := writeIdentity(p.upper, paths, int(m.cfg.IDs.HostID)); err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating fork %s: writing identity: %w", id, err)
 	}
