@@ -117,7 +117,7 @@ func loadCgroup(mode, path string) (cgroupManager, error) {
 		if err != nil {
 			return nil, fmt.Errorf("loading cgroup %s: %w", path, err)
 		}
-		return &cgroupV2{m: m, path: path}, nil
+		return &cgroupV2{m: m, path: path, ctr: v2Counters(dir)}, nil
 	}
 	cg, err := cgroup1.Load(cgroup1.StaticPath(path), cgroup1.WithHierarchy(v1Hierarchy))
 	if err != nil {
@@ -136,6 +136,7 @@ type cgroupV1 struct {
 	path string
 	// dir maps controller name to its host directory.
 	dir map[cgroup1.Name]string
+	ctr *counters
 }
 
 func newCgroupV1(path string, res runtime.Resources) (cgroupManager, error) {
@@ -237,6 +238,7 @@ func v1FromCgroup(cg cgroup1.Cgroup, path string) (*cgroupV1, error) {
 	if c.dir[cgroup1.Freezer] == "" {
 		return nil, fmt.Errorf("v1 freezer hierarchy missing: %w", errdefs.ErrFailedPrecondition)
 	}
+	c.ctr = v1Counters(c.dir[cgroup1.Cpuacct], c.dir[cgroup1.Memory], c.dir[cgroup1.Pids])
 	return c, nil
 }
 
@@ -336,38 +338,15 @@ func killUntilEmpty(ctx context.Context, path string, procs func() ([]int, error
 // the execute pipeline samples a sandbox at the start and the end of every
 // run.
 func (c *cgroupV1) stats() (runtime.Stats, error) {
-	var s runtime.Stats
-	cpu, err := readCounter(filepath.Join(c.dir[cgroup1.Cpuacct], "cpuacct.usage"))
+	s, err := c.ctr.stats()
 	if err != nil {
 		return runtime.Stats{}, fmt.Errorf("reading stats of cgroup %s: %w", c.path, err)
-	}
-	s.CPUTime = time.Duration(cpu)
-	if v, err := readCounter(filepath.Join(c.dir[cgroup1.Memory], "memory.usage_in_bytes")); err == nil {
-		s.MemoryBytes = v
-	}
-	if v, err := readCounter(filepath.Join(c.dir[cgroup1.Pids], "pids.current")); err == nil {
-		s.Pids = v
-	}
-	if b, err := os.ReadFile(filepath.Join(c.dir[cgroup1.Memory], "memory.oom_control")); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-				s.OOMKills, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			}
-		}
 	}
 	return s, nil
 }
 
-// readCounter reads a cgroup file holding one decimal number.
-func readCounter(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-}
-
 func (c *cgroupV1) delete() error {
+	c.ctr.close()
 	if err := c.cg.Delete(); err != nil && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
 		return fmt.Errorf("deleting cgroup %s: %w", c.path, err)
 	}
@@ -387,6 +366,7 @@ func (c *cgroupV1) dirs() []string {
 type cgroupV2 struct {
 	m    *cgroup2.Manager
 	path string
+	ctr  *counters
 }
 
 func newCgroupV2(path string, res runtime.Resources) (cgroupManager, error) {
@@ -407,7 +387,7 @@ func newCgroupV2(path string, res runtime.Resources) (cgroupManager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating v2 cgroup %s: %w", path, err)
 	}
-	c := &cgroupV2{m: m, path: path}
+	c := &cgroupV2{m: m, path: path, ctr: v2Counters(filepath.Join(cgroupRoot, path))}
 	// No swap: written only where the kernel accounts swap (the file is
 	// missing otherwise, and then there is no swap to escape to).
 	if res.MemoryBytes > 0 {
@@ -477,19 +457,15 @@ func (c *cgroupV2) killAll(ctx context.Context) error {
 }
 
 func (c *cgroupV2) stats() (runtime.Stats, error) {
-	m, err := c.m.Stat()
+	s, err := c.ctr.stats()
 	if err != nil {
 		return runtime.Stats{}, fmt.Errorf("reading stats of cgroup %s: %w", c.path, err)
 	}
-	return runtime.Stats{
-		CPUTime:     time.Duration(m.GetCPU().GetUsageUsec()) * time.Microsecond,
-		MemoryBytes: int64(m.GetMemory().GetUsage()),
-		Pids:        int64(m.GetPids().GetCurrent()),
-		OOMKills:    int64(m.GetMemoryEvents().GetOomKill()),
-	}, nil
+	return s, nil
 }
 
 func (c *cgroupV2) delete() error {
+	c.ctr.close()
 	if err := c.m.Delete(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("deleting cgroup %s: %w", c.path, err)
 	}

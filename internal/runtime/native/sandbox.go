@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -117,7 +118,9 @@ func (s *sandbox) Resume(ctx context.Context) error {
 func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 	st, err := s.cg.stats()
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
+		// ENOENT: the cgroup is gone before the first read; ENODEV or a
+		// closed file: it was removed after.
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) || errors.Is(err, os.ErrClosed) {
 			return runtime.Stats{}, fmt.Errorf("sandbox %s: %w", s.spec.ID, errdefs.ErrNotFound)
 		}
 		return runtime.Stats{}, err
