@@ -145,7 +145,7 @@ func (f *fakeSandboxes) CreateSandbox(ctx context.Context, req api.CreateSandbox
 	return sb, nil
 }
 
-func (f *fakeSandboxes) GetSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+func (f *fakeSandboxes) LookupSandbox(ctx context.Context, id string) (api.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	sb, ok := f.boxes[id]

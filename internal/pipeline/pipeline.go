@@ -60,7 +60,7 @@ const (
 // Manager's.
 type Sandboxes interface {
 	CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error)
-	GetSandbox(ctx context.Context, id string) (api.Sandbox, error)
+	LookupSandbox(ctx context.Context, id string) (api.Sandbox, error)
 	ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, req api.ExecRequest) (sandbox.ExecStream, error)
@@ -254,7 +254,7 @@ func (p *Pipeline) Execute(ctx context.Context, r Run) (*Execution, error) {
 func (p *Pipeline) resolve(ctx context.Context, r Run, rec *api.Run) (id string, ephemeral bool, err error) {
 	if r.SandboxID != "" {
 		rec.Sandbox = r.SandboxID
-		sb, err := p.sbx.GetSandbox(ctx, r.SandboxID)
+		sb, err := p.sbx.LookupSandbox(ctx, r.SandboxID)
 		if err != nil {
 			return "", false, err
 		}

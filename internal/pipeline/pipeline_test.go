@@ -254,7 +254,7 @@ func TestReapOrphans(t *testing.T) {
 		t.Fatalf("deleted %v, want only %s", e.sbx.deleted, orphan.ID)
 	}
 	for _, id := range []string{user.ID, named.ID, exe.Sandbox} {
-		if _, err := e.sbx.GetSandbox(ctx, id); err != nil {
+		if _, err := e.sbx.LookupSandbox(ctx, id); err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
 	}

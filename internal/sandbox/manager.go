@@ -200,7 +200,8 @@ func matchLabels(have, want map[string]string) bool {
 	return true
 }
 
-// GetSandbox returns one sandbox.
+// GetSandbox returns one sandbox, with its live limit reports (OOM kills,
+// disk usage).
 func (m *Manager) GetSandbox(ctx context.Context, id string) (api.Sandbox, error) {
 	b, err := m.get(ctx, id)
 	if err != nil {
@@ -209,6 +210,17 @@ func (m *Manager) GetSandbox(ctx context.Context, id string) (api.Sandbox, error
 	sb := b.view()
 	m.reportLimits(ctx, b, &sb)
 	return sb, nil
+}
+
+// LookupSandbox returns one sandbox as recorded, without the live limit
+// reports of GetSandbox: it reads no cgroup counters and no filesystem, so
+// it is what hot paths (every exec resolves its sandbox) use.
+func (m *Manager) LookupSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	b, err := m.get(ctx, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return b.view(), nil
 }
 
 // get returns sandbox id for the caller of ctx. A pooled sandbox (not
