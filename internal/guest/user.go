@@ -2,11 +2,16 @@ package guest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
@@ -33,8 +38,82 @@ type groupEntry struct {
 }
 
 // readColonFile returns the colon-separated records of an /etc file with
-// at least n fields. A missing file has no records.
+// at least n fields. A missing file has no records. The records are
+// cached (etcFiles): callers must not modify them.
 func readColonFile(path string, n int) ([][]string, error) {
+	return etcFiles.read(path, n)
+}
+
+// etcFiles caches the parsed passwd and group files: every exec resolves
+// its user with them, and a stat of each is much cheaper than reading and
+// parsing them.
+var etcFiles = etcCache{entries: map[etcKey]etcEntry{}}
+
+// etcCache maps a file and field count to its records, valid while the
+// file's identity (device, inode, size, change and modification times) is
+// unchanged. A file changed within racyWindow of being read is not cached:
+// filesystem timestamps are coarse (a tick), so two writes of the same
+// size in one tick would otherwise look like one.
+type etcCache struct {
+	// mu guards entries.
+	mu      sync.Mutex
+	entries map[etcKey]etcEntry
+}
+
+type etcKey struct {
+	path string
+	n    int
+}
+
+type etcEntry struct {
+	id   fileID
+	recs [][]string
+}
+
+type fileID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+const racyWindow = time.Second
+
+func (c *etcCache) read(path string, n int) ([][]string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, nil
+		}
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	id := fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	key := etcKey{path, n}
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+	if ok && e.id == id {
+		return e.recs, nil
+	}
+	recs, err := parseColonFile(path, n)
+	if err != nil {
+		return nil, err
+	}
+	changed := time.Unix(st.Ctim.Unix())
+	if m := time.Unix(st.Mtim.Unix()); m.After(changed) {
+		changed = m
+	}
+	c.mu.Lock()
+	if time.Since(changed) > racyWindow {
+		c.entries[key] = etcEntry{id: id, recs: recs}
+	} else {
+		delete(c.entries, key)
+	}
+	c.mu.Unlock()
+	return recs, nil
+}
+
+// parseColonFile reads and parses path (see readColonFile).
+func parseColonFile(path string, n int) ([][]string, error) {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
 		return nil, nil
@@ -45,7 +124,6 @@ func readColonFile(path string, n int) ([][]string, error) {
 	defer f.Close()
 	var out [][]string
 	sc := bufio.NewScanner(f)
-	// Start small: this runs twice per exec, and the files are tiny.
 	sc.Buffer(make([]byte, 0, 4<<10), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())

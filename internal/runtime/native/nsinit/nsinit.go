@@ -107,13 +107,15 @@ func report(setupErr error) {
 }
 
 func setup() (net.Listener, error) {
-	// One P until setup is done: setup is one goroutine's syscalls, and
-	// with fewer Ps the Go runtime keeps fewer threads busy spinning for
-	// work and every syscallAllThreads below stops less. It saves a tenth
-	// of a guest's CPU at start-up (prespawned guests run this in the
-	// background, but under a burst of creates every CPU-millisecond
-	// counts). The default (CPUs, or the cgroup's limit) is back before
-	// the guest serves.
+	// One P, for setup and for serving. Setup is one goroutine's
+	// syscalls, and with fewer Ps the Go runtime keeps fewer threads busy
+	// spinning for work and every syscallAllThreads below stops less (a
+	// tenth of a guest's CPU at start-up). Serving is I/O: waiting on
+	// sockets, pipes and children, which a single P multiplexes, while
+	// more Ps cost every exec thread handoffs and spinning, charged to the
+	// sandbox (about a tenth of an exec's CPU) and each a wakeup that may
+	// wait behind a busy neighbour. Blocking syscalls still get threads of
+	// their own.
 	goruntime.GOMAXPROCS(1)
 	// Anything beyond our protocol fds was leaked by the host: drop it
 	// before touching the filesystem.
@@ -179,7 +181,6 @@ func setup() (net.Listener, error) {
 		return nil, &SyscallError{Op: "write", Target: "sync fd", Err: err}
 	}
 	_ = unix.Close(SyncFD)
-	goruntime.SetDefaultGOMAXPROCS()
 	return ln, nil
 }
 
