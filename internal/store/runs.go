@@ -76,7 +76,8 @@ type HookRecord struct {
 
 var _ PipelineStore = (*Bolt)(nil)
 
-// putJSON stores v under key in bucket (created on first use).
+// putJSON stores v under key in bucket (created on first use), durably,
+// in a group commit shared with concurrent single-record writes.
 func (b *Bolt) putJSON(ctx context.Context, bucket []byte, key string, v any) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -88,7 +89,8 @@ func (b *Bolt) putJSON(ctx context.Context, bucket []byte, key string, v any) er
 	if err != nil {
 		return fmt.Errorf("encoding: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
-	return wrapDB(b.db.Update(func(tx *bolt.Tx) error {
+	// One record: it goes out in a group commit with concurrent writes.
+	return wrapDB(b.group.update(func(tx *bolt.Tx) error {
 		bk, err := tx.CreateBucketIfNotExists(bucket)
 		if err != nil {
 			return err
