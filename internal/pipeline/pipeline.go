@@ -101,6 +101,8 @@ type Pipeline struct {
 	log *slog.Logger
 	// writing counts finished records being written in the background.
 	writing sync.WaitGroup
+	// runs writes finished records in batches.
+	runs *runBatcher
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -130,7 +132,11 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.KeepRuns <= 0 {
 		cfg.KeepRuns = DefaultKeepRuns
 	}
-	return &Pipeline{cfg: cfg, sbx: cfg.Sandboxes, st: cfg.Store, clk: cfg.Clock, log: cfg.Logger, pending: map[string]*api.Run{}}, nil
+	return &Pipeline{
+		cfg: cfg, sbx: cfg.Sandboxes, st: cfg.Store, clk: cfg.Clock, log: cfg.Logger,
+		runs:    &runBatcher{st: cfg.Store, delay: runBatchDelay},
+		pending: map[string]*api.Run{},
+	}, nil
 }
 
 // Run is one request to execute a command.
@@ -338,7 +344,8 @@ func (p *Pipeline) failRecord(rec *api.Run, err error) {
 	p.persist(rec.ID)
 }
 
-// persist writes the finished record id and drops it from pending.
+// persist writes the finished record id (in a batch: it returns within
+// runBatchDelay and a commit) and drops it from pending.
 func (p *Pipeline) persist(id string) {
 	p.mu.Lock()
 	rec, ok := p.pending[id]
@@ -351,7 +358,7 @@ func (p *Pipeline) persist(id string) {
 		return
 	}
 	ctx := context.Background()
-	if err := p.st.PutRun(ctx, snap); err != nil {
+	if err := p.runs.put(snap); err != nil {
 		p.log.Error("storing run record", "run", id, "err", err)
 		return // kept in memory: readers still see it
 	}
@@ -573,10 +580,11 @@ func (rs *runState) finish(exit *api.ExecEvent, cause error) {
 		p.pending[rec.ID] = rec
 		p.mu.Unlock()
 		// The finished record is visible to readers from here on (pending);
-		// writing it to disk (a synced commit) and deleting a run's own
-		// sandbox happen off the exit event's path, so they add nothing
-		// to an exec round trip. A daemon killed in between loses that
-		// record (see ReapOrphans for its sandbox).
+		// writing it to disk (a synced commit shared with the records that
+		// finish within runBatchDelay) and deleting a run's own sandbox
+		// happen off the exit event's path, so they add nothing to an exec
+		// round trip. A daemon killed in between loses that record (see
+		// ReapOrphans for its sandbox).
 		p.writing.Add(1)
 		go func() {
 			defer p.writing.Done()

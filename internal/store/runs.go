@@ -28,6 +28,8 @@ type PipelineStore interface {
 	// the order the runs started (see internal/pipeline), which ListRuns
 	// relies on for newest-first order.
 	PutRun(ctx context.Context, run api.Run) error
+	// PutRuns inserts or replaces the records runs in one durable commit.
+	PutRuns(ctx context.Context, runs []api.Run) error
 	// GetRun returns the run record of id (errdefs.ErrNotFound).
 	GetRun(ctx context.Context, id string) (api.Run, error)
 	// ListRuns returns the records matching f, newest first.
@@ -172,6 +174,41 @@ func (b *Bolt) deleteKey(ctx context.Context, bucket []byte, key string) error {
 func (b *Bolt) PutRun(ctx context.Context, run api.Run) error {
 	if err := b.putJSON(ctx, bucketRuns, run.ID, run); err != nil {
 		return fmt.Errorf("storing run %s: %w", run.ID, err)
+	}
+	return nil
+}
+
+// PutRuns implements PipelineStore.
+func (b *Bolt) PutRuns(ctx context.Context, runs []api.Run) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	keys := make([][]byte, len(runs))
+	vals := make([][]byte, len(runs))
+	for i, run := range runs {
+		if run.ID == "" {
+			return fmt.Errorf("storing runs: empty id: %w", errdefs.ErrInvalidArgument)
+		}
+		data, err := json.Marshal(run)
+		if err != nil {
+			return fmt.Errorf("storing run %s: encoding: %v: %w", run.ID, err, errdefs.ErrInvalidArgument)
+		}
+		keys[i], vals[i] = []byte(run.ID), data
+	}
+	err := b.group.update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists(bucketRuns)
+		if err != nil {
+			return err
+		}
+		for i := range keys {
+			if err := bk.Put(keys[i], vals[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("storing %d runs: %w", len(runs), wrapDB(err))
 	}
 	return nil
 }
