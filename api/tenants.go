@@ -40,10 +40,13 @@ type Quotas struct {
 	// PeriodSeconds is the length of the CPU period, aligned to the Unix
 	// epoch; 0 means 3600 (an hour).
 	PeriodSeconds int64 `json:"period_seconds,omitempty"`
-	// DiskBytes bounds the sum of the writable-layer sizes of the tenant's
-	// sandboxes. A sandbox of such a tenant always has a disk limit: a
-	// create that sets none gets DefaultTenantDiskBytes (or what is left
-	// of the quota, when less).
+	// DiskBytes bounds the disk the tenant holds: the sum of the disk
+	// limits (writable-layer sizes) of its sandboxes plus the bytes on
+	// disk of the layers of its checkpoints and templates (saved, built
+	// and imported). A sandbox of such a tenant always has a disk limit:
+	// a create that sets none gets DefaultTenantDiskBytes (or what is
+	// left of the quota, when less). A checkpoint, template save, build
+	// or import that would take it over fails.
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
 }
 
@@ -66,9 +69,15 @@ type Tenant struct {
 
 // TenantQuotaUsage is what a tenant holds and used in the current period.
 type TenantQuotaUsage struct {
-	Sandboxes    int       `json:"sandboxes"`
-	CPUSeconds   float64   `json:"cpu_seconds"`
-	DiskBytes    int64     `json:"disk_bytes"`
+	Sandboxes  int     `json:"sandboxes"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// DiskBytes is what counts against Quotas.DiskBytes: the disk limits
+	// of the tenant's sandboxes plus LayerBytes.
+	DiskBytes int64 `json:"disk_bytes"`
+	// LayerBytes is the part of DiskBytes held by the tenant's
+	// checkpoints and templates: the bytes on disk of the layers in their
+	// chains, each layer once, the shared catalogue's not at all.
+	LayerBytes   int64     `json:"layer_bytes"`
 	PeriodStart  time.Time `json:"period_start"`
 	PeriodEndsAt time.Time `json:"period_ends_at"`
 }

@@ -3,19 +3,21 @@ package tenant
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
-// Quotas. Holdings (sandboxes and their disk) are admitted with a
-// reservation, so concurrent creates cannot overshoot together: a create
-// reserves its share under the registry lock and releases it once the
-// sandbox is counted by the holdings meter (or has failed). CPU is metered
-// after the fact from run records, so a run that starts within quota may
-// end beyond it; later creates and execs then get 429 until the period
-// ends.
+// Quotas. Holdings (sandboxes, their disk, and the layers of checkpoints
+// and templates) are admitted with a reservation, so concurrent admissions
+// cannot overshoot together: a create reserves its share under the
+// registry lock and releases it once the sandbox is counted by the
+// holdings meter (or has failed); a layer is reserved likewise until its
+// record counts it (disk.go). CPU is metered after the fact from run
+// records, so a run that starts within quota may end beyond it; later
+// creates and execs then get 429 until the period ends.
 
 // holdRetry is the Retry-After of sandbox and disk quotas: the caller must
 // delete something first, there is no time at which it frees itself.
@@ -24,12 +26,20 @@ const holdRetry = 10 * time.Second
 // cpuCacheTTL bounds how stale the CPU figure a run is admitted on may be.
 const cpuCacheTTL = time.Second
 
-// Meters are where quota usage comes from; both must be safe for
+// Meters are where quota usage comes from; all must be safe for
 // concurrent use.
 type Meters struct {
 	// Holdings returns the number of tenant's sandboxes (every state but
 	// deleted) and the sum of their disk limits.
 	Holdings func(tenant string) (sandboxes int, diskBytes int64)
+	// Layers returns the bytes on disk of the layers charged to tenant:
+	// every layer in the chains of its checkpoints and of its templates'
+	// layers (saved versions, built and imported templates), and in the
+	// chains of extra (layers admitted but not recorded yet), each layer
+	// counted once, the shared catalogue's (the admin's templates) not at
+	// all. It is called without the registry lock held and may be slow
+	// (it reads records). nil: layers count against no quota.
+	Layers func(ctx context.Context, tenant string, extra []string) (int64, error)
 	// CPUSeconds returns the CPU seconds of tenant's runs started at or
 	// after since.
 	CPUSeconds func(ctx context.Context, tenant string, since time.Time) (float64, error)
@@ -40,6 +50,13 @@ type quotaState struct {
 	meters  Meters
 	pending map[string]*reservation
 	cpu     map[string]cpuSample
+	// layers holds, per tenant, the layers admitted and not yet released
+	// (disk.go).
+	layers map[string]map[*layerHold]struct{}
+	// disk holds, per tenant with a disk quota, the lock that serialises
+	// its disk admissions (disk.go). Taken before Registry.mu, never
+	// while holding it.
+	disk map[string]*sync.Mutex
 }
 
 type reservation struct {
@@ -83,8 +100,10 @@ func exhausted(tenant, what string, after time.Duration) error {
 // each must get — when the tenant has a disk quota and none was asked,
 // api.DefaultTenantDiskBytes or what is left of the quota split evenly —
 // and release, which the caller must call once the sandboxes exist (are
-// counted by the holdings meter) or have failed. Over quota it fails with
-// ErrResourceExhausted carrying a retry hint (errdefs.RetryAfter).
+// counted by the holdings meter) or have failed. The disk quota counts the
+// layers of the tenant's checkpoints and templates too (see AdmitLayer).
+// Over quota it fails with ErrResourceExhausted carrying a retry hint
+// (errdefs.RetryAfter).
 func (r *Registry) AdmitSandboxes(ctx context.Context, tenant string, n int, disk int64) (diskEach int64, release func(), err error) {
 	noop := func() {}
 	if Owner(tenant) == api.AdminTenant || n <= 0 {
@@ -92,6 +111,15 @@ func (r *Registry) AdmitSandboxes(ctx context.Context, tenant string, n int, dis
 	}
 	if err := r.AdmitRun(ctx, tenant); err != nil {
 		return 0, nil, err
+	}
+	// With a disk quota, the layers held count too: measured under the
+	// tenant's disk lock, before the registry lock (see layerBytes).
+	var layerBytes int64
+	if unlock := r.lockDisk(tenant); unlock != nil {
+		defer unlock()
+		if layerBytes, err = r.layerBytes(ctx, tenant, ""); err != nil {
+			return 0, nil, err
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -110,7 +138,7 @@ func (r *Registry) AdmitSandboxes(ctx context.Context, tenant string, n int, dis
 		r.quota.pending[tenant] = res
 	}
 	held += res.sandboxes
-	heldDisk += res.disk
+	heldDisk += res.disk + layerBytes
 	// Compared so that a huge n or disk cannot overflow past the quota.
 	if q.MaxSandboxes > 0 && n > q.MaxSandboxes-held {
 		return 0, nil, exhausted(tenant, fmt.Sprintf("sandboxes (%d of %d in use, %d asked)", held, q.MaxSandboxes, n), holdRetry)
@@ -121,7 +149,7 @@ func (r *Registry) AdmitSandboxes(ctx context.Context, tenant string, n int, dis
 			disk = min(int64(api.DefaultTenantDiskBytes), left/int64(n))
 		}
 		if disk <= 0 || disk > left/int64(n) {
-			return 0, nil, exhausted(tenant, fmt.Sprintf("disk (%d of %d bytes allocated)", heldDisk, q.DiskBytes), holdRetry)
+			return 0, nil, exhausted(tenant, fmt.Sprintf("disk (%d of %d bytes allocated, %d of them by checkpoints and templates)", heldDisk, q.DiskBytes, layerBytes), holdRetry)
 		}
 	}
 	res.sandboxes += n
@@ -184,7 +212,9 @@ func (r *Registry) cpuUsed(ctx context.Context, tenant string, start, now time.T
 	return used, nil
 }
 
-// Usage returns what counts against tenant t's quotas now.
+// Usage returns what counts against tenant t's quotas now. DiskBytes is
+// the disk limits of its sandboxes plus LayerBytes, the layers of its
+// checkpoints and templates (layers being admitted included).
 func (r *Registry) Usage(ctx context.Context, t api.Tenant) (api.TenantQuotaUsage, error) {
 	r.mu.Lock()
 	m := r.quota.meters
@@ -194,6 +224,14 @@ func (r *Registry) Usage(ctx context.Context, t api.Tenant) (api.TenantQuotaUsag
 	u := api.TenantQuotaUsage{PeriodStart: start.UTC(), PeriodEndsAt: end.UTC()}
 	if m.Holdings != nil {
 		u.Sandboxes, u.DiskBytes = m.Holdings(t.ID)
+	}
+	if m.Layers != nil && Owner(t.ID) != api.AdminTenant {
+		lb, err := r.layerBytes(ctx, t.ID, "")
+		if err != nil {
+			return api.TenantQuotaUsage{}, err
+		}
+		u.LayerBytes = lb
+		u.DiskBytes += lb
 	}
 	if m.CPUSeconds != nil {
 		cpu, err := m.CPUSeconds(ctx, t.ID, start)
