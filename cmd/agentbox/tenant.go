@@ -28,7 +28,7 @@ func (f *quotaFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 0, "most sandboxes the tenant may hold at once (0: unlimited)")
 	fs.Float64Var(&f.cpuSeconds, "cpu-seconds", 0, "CPU seconds the tenant's runs may use per --period (0: unlimited)")
 	fs.DurationVar(&f.period, "period", 0, "length of the CPU period, whole seconds, e.g. 1h (0: the daemon's default, 1h)")
-	fs.StringVar(&f.disk, "disk", "", "total writable-layer size of the tenant's sandboxes, e.g. 10G (0: unlimited)")
+	fs.StringVar(&f.disk, "disk", "", "disk the tenant may hold: its sandboxes' disk limits plus the layers of its checkpoints and templates, e.g. 10G (0: unlimited)")
 }
 
 // apply sets in q the quotas whose flags were given on the command line and

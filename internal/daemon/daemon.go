@@ -152,6 +152,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Layers:  ls,
 		IDs:     ids,
 		Runner:  mgr.StepRunner(),
+		Admit:   mgr.AdmitTemplateLayer,
 		Logger:  log,
 	})
 	if err != nil {

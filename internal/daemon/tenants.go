@@ -26,7 +26,8 @@ type tenantAPI struct {
 var _ httpapi.TenantService = service{}
 
 // setupTenants opens the tenant registry and connects its quotas: the
-// Manager counts sandboxes and disk, the pipeline's run records meter CPU.
+// Manager counts sandboxes and disk (their limits, and the layers of
+// checkpoints and templates), the pipeline's run records meter CPU.
 func setupTenants(ctx context.Context, st *store.Bolt, mgr *sandbox.Manager, pipe *pipelineAPI, log *slog.Logger) (*tenantAPI, error) {
 	reg, err := tenant.Open(ctx, st, log)
 	if err != nil {
@@ -34,6 +35,7 @@ func setupTenants(ctx context.Context, st *store.Bolt, mgr *sandbox.Manager, pip
 	}
 	reg.SetMeters(tenant.Meters{
 		Holdings: mgr.Holdings,
+		Layers:   mgr.LayerBytes,
 		CPUSeconds: func(ctx context.Context, t string, since time.Time) (float64, error) {
 			runs, err := pipe.p.List(tenant.WithPrincipal(ctx, tenant.Admin), store.RunFilter{Tenant: t, Since: since})
 			if err != nil {

@@ -177,12 +177,19 @@ func (m *Manager) checkpointLocked(ctx context.Context, b *box, req api.CreateCh
 	for _, l := range chain {
 		rec.Checkpoint.Layers = append(rec.Checkpoint.Layers, l.ID)
 	}
-	// The reference first, then the record: a crash in between leaves an
-	// unlisted layer (garbage for the collector), never a listed checkpoint
-	// without its layer.
+	// The reference first, then the admission against the tenant's disk
+	// quota, then the record: a crash in between leaves an unlisted layer
+	// (garbage for the collector), never a listed checkpoint without its
+	// layer; a layer over the quota is dropped before anything lists it.
 	if err := ls.Ref(ctx, layer.ID, checkpointRef(cid)); err != nil {
 		return store.CheckpointRecord{}, err
 	}
+	release, err := m.admitLayer(ctx, rec.Checkpoint.Tenant, layer.ID)
+	if err != nil {
+		m.dropLayer(context.WithoutCancel(ctx), layer.ID, checkpointRef(cid))
+		return store.CheckpointRecord{}, err
+	}
+	defer release()
 	if err := cs.PutCheckpoint(ctx, rec); err != nil {
 		m.dropLayer(context.WithoutCancel(ctx), layer.ID, checkpointRef(cid))
 		return store.CheckpointRecord{}, err

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -172,6 +173,7 @@ func (m *Manager) importTemplate(ctx context.Context, name string, imp func(*lay
 	if !layerNameRE.MatchString(name) {
 		return api.Template{}, fmt.Errorf("template name %q: want [a-z0-9][a-z0-9._-]{0,62}: %w", name, errdefs.ErrInvalidArgument)
 	}
+	start := time.Now()
 	res, err := imp(m.cfg.Layers)
 	if err != nil {
 		return api.Template{}, fmt.Errorf("importing template %s: %w", name, err)
@@ -183,6 +185,11 @@ func (m *Manager) importTemplate(ctx context.Context, name string, imp func(*lay
 	p := tenant.From(ctx)
 	t, err := m.templates.Adopt(ctx, tenant.Qualify(p.Tenant, name), top.ID, res.Env)
 	if err != nil {
+		if errors.Is(err, errdefs.ErrResourceExhausted) {
+			// Over the tenant's disk quota: the layers this import wrote
+			// go now, not when the collector finds them.
+			m.discardNewLayers(context.WithoutCancel(ctx), start, top.ID, res.Top)
+		}
 		return api.Template{}, fmt.Errorf("importing template %s: %w", name, err)
 	}
 	m.log.InfoContext(ctx, "template imported", "template", t.Name, "id", t.ID, "layers", res.Layers)
@@ -190,6 +197,29 @@ func (m *Manager) importTemplate(ctx context.Context, name string, imp func(*lay
 	a.Tenant, _ = tenant.Split(t.Name)
 	a.Name = p.Visible(t.Name)
 	return a, nil
+}
+
+// discardNewLayers removes, from each of tops down its chain, the layers
+// created since start that nothing references and nothing is stacked on:
+// what a refused import wrote. A layer that existed before (shared by
+// content with another template) and everything below it are kept.
+func (m *Manager) discardNewLayers(ctx context.Context, start time.Time, tops ...string) {
+	ls := m.cfg.Layers
+	for _, id := range tops {
+		for id != "" {
+			l, err := ls.Get(id)
+			if err != nil || len(l.Refs) > 0 || l.CreatedAt.Before(start) {
+				break
+			}
+			if err := ls.Remove(ctx, l.ID); err != nil {
+				if !errdefs.IsConflict(err) && !errdefs.IsNotFound(err) {
+					m.log.WarnContext(ctx, "removing refused layer", "layer", l.ID, "err", err)
+				}
+				break
+			}
+			id = l.Parent
+		}
+	}
 }
 
 var layerNameRE = lazyregexp.New(`^[a-z0-9][a-z0-9._-]{0,62}$`)

@@ -101,6 +101,10 @@ func (m *Manager) Save(ctx context.Context, name, layer string, env map[string]s
 		return api.TemplateVersion{}, fmt.Errorf("saving template %s: %w", name, err)
 	}
 
+	// The admission's release runs once saved.mu is released (deferred
+	// first, so it runs last).
+	release := func() {}
+	defer func() { release() }()
 	m.saved.mu.Lock()
 	defer m.saved.mu.Unlock()
 	if err := os.MkdirAll(m.savedDir(), 0o700); err != nil {
@@ -117,10 +121,15 @@ func (m *Manager) Save(ctx context.Context, name, layer string, env map[string]s
 	if n := len(rec.Versions); n > 0 {
 		v.Version = rec.Versions[n-1].Version + 1
 	}
-	owner := fmt.Sprintf("template/%s@%d", name, v.Version)
+	owner := versionRef(name, v.Version)
 	// The reference first: a crash before the record is written leaves an
 	// unlisted layer, never a listed version without its layer.
 	if err := m.cfg.Layers.Ref(ctx, layer, owner); err != nil {
+		return api.TemplateVersion{}, fmt.Errorf("saving template %s: %w", name, err)
+	}
+	if release, err = m.admit(ctx, name, layer); err != nil {
+		release = func() {}
+		_ = m.cfg.Layers.Unref(context.WithoutCancel(ctx), layer, owner)
 		return api.TemplateVersion{}, fmt.Errorf("saving template %s: %w", name, err)
 	}
 	rec.Versions = append(rec.Versions, v)

@@ -82,6 +82,14 @@ type Config struct {
 	// DebianMirror is passed to mmdebstrap; empty means its default
 	// (deb.debian.org).
 	DebianMirror string
+	// Admit, when set, is asked before template name (its stored name)
+	// takes a new layer: the top of a build, an import (Adopt) or a saved
+	// version. The layer exists and the template holds a reference on it
+	// when Admit is called. An error refuses it: the reference is dropped,
+	// nothing is registered and the operation fails with that error.
+	// Otherwise release is called once the template's record is written
+	// or has failed, without the Manager's locks held. See admit.go.
+	Admit func(ctx context.Context, name, layer string) (release func(), err error)
 }
 
 // Template is a built template, ready to be stacked under a sandbox.
@@ -418,11 +426,26 @@ func (m *Manager) List(ctx context.Context) ([]api.Template, error) {
 	return out, nil
 }
 
-// saveRecord persists a built template and moves its layer reference.
+// saveRecord persists a built template and moves its layer reference. A
+// new layer is admitted first (Config.Admit); a refused one is released
+// and the template stays as it was.
 func (m *Manager) saveRecord(ctx context.Context, r record) error {
-	owner := "template/" + r.Name
+	owner := builtRef(r.Name)
 	if err := m.cfg.Layers.Ref(ctx, r.Layer, owner); err != nil {
 		return err
+	}
+	m.mu.Lock()
+	prev, held := m.records[r.Name]
+	m.mu.Unlock()
+	if !held || prev.Layer != r.Layer {
+		release, err := m.admit(ctx, r.Name, r.Layer)
+		if err != nil {
+			if uerr := m.cfg.Layers.Unref(context.WithoutCancel(ctx), r.Layer, owner); uerr != nil {
+				m.log.Warn("dropping reference on refused template layer", "template", r.Name, "layer", r.Layer, "err", uerr)
+			}
+			return fmt.Errorf("template %s: %w", r.Name, err)
+		}
+		defer release()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
