@@ -261,7 +261,7 @@ const methodText = `
   with a cgroup parent of its own. Noisy neighbours: eleven sandboxes; ten
   run ` + "`while :; do :; done`" + ` (1 CPU each), the eleventh answers
   ` + "`exec /bin/true`" + ` back to back. The idle and the loaded samples are
-  taken in alternating blocks (5 of each, 40 samples per block): the ten
+  taken in alternating blocks (5 of each, 200 samples per block): the ten
   loops are paused (cgroup freezer) for an idle block and resumed, with a
   second to settle, for a loaded one, so that whatever else the machine does
   weighs on both alike; the ratio is p99 loaded over p99 idle. Creates/s:

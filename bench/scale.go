@@ -241,6 +241,9 @@ func scaleLines(vals map[string]float64) []ratioLine {
 // measureNoisy alternates.
 const noisyBlocks = 5
 
+// noisySamples is the least number of idle and of loaded samples.
+const noisySamples = 1000
+
 // measureNoisy times exec on one sandbox next to noisyNeighbours sandboxes
 // that are idle, then each running a busy loop. The two kinds of samples
 // are taken in alternating blocks: the neighbours' loops are started once
@@ -286,7 +289,9 @@ func measureNoisy(ctx context.Context, b *bench, d *daemon, template string) (id
 			return d.raw(ctx, http.MethodPost, "/v1/sandboxes/"+neighbours[i]+"/"+op, nil, http.StatusOK)
 		})
 	}
-	n := max(b.n, 200) // a p99 needs a few hundred samples
+	// A p99 of 200 samples is their second-largest: one stray tick
+	// decides it. A thousand (ten above the p99) make it a statistic.
+	n := max(b.n, noisySamples)
 	per := (n + noisyBlocks - 1) / noisyBlocks
 	for blk := 0; blk < noisyBlocks; blk++ {
 		if err := setAll("pause"); err != nil {
