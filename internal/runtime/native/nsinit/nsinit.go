@@ -23,6 +23,7 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -92,11 +93,46 @@ func Main(serve func(ln net.Listener) error) {
 		report(err)
 		os.Exit(1)
 	}
+	reserveThreads(spareThreads)
 	if err := serve(ln); err != nil {
 		fmt.Fprintf(os.Stderr, "agentbox guest: %v\n", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// spareThreads is how many idle OS threads the guest keeps beyond those
+// setup left it with.
+const spareThreads = 4
+
+// reserveThreads makes the Go runtime start n more OS threads and leaves
+// them idle: the runtime reuses idle threads before it creates one, and
+// never ends them. The guest lives in its sandbox's cgroup, so once the
+// sandbox's processes reach pids.max (a fork bomb) no thread can be
+// created, and the runtime dies when it needs one (a blocking syscall
+// while another goroutine is runnable): serving on one P, the guest has
+// few threads of its own. Each goroutine locks a thread of its own and
+// waits until all n are locked, so the n threads are distinct; unlocked
+// and done, they go idle. It runs after setup, whose AllThreadsSyscalls
+// then stop fewer threads; new threads inherit the security posture of
+// the thread that creates them.
+func reserveThreads(n int) {
+	var locked, done sync.WaitGroup
+	release := make(chan struct{})
+	locked.Add(n)
+	done.Add(n)
+	for range n {
+		go func() {
+			defer done.Done()
+			goruntime.LockOSThread()
+			locked.Done()
+			<-release
+			goruntime.UnlockOSThread()
+		}()
+	}
+	locked.Wait()
+	close(release)
+	done.Wait()
 }
 
 func report(setupErr error) {
