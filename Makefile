@@ -7,7 +7,7 @@ GO          ?= go
 BIN         := bin/agentbox
 BENCH_FLAGS ?=
 
-.PHONY: all build test demo bench clean distclean
+.PHONY: all build test vmtest demo bench clean distclean
 
 all: build
 
@@ -16,9 +16,14 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/agentbox
 
 # Everything CI runs (install deps, gofmt, vet, staticcheck, unit, race,
-# integration + security suites). Needs root.
+# integration + security suites, the VM tests). Needs root.
 test:
 	scripts/test.sh
+
+# The XFS project-quota and cgroup v2 tests in a QEMU (TCG) VM with
+# Debian's kernel (also the last step of `make test`). Needs root.
+vmtest:
+	scripts/vmtest.sh
 
 # The end-to-end demo against a private daemon. Needs root.
 demo:
@@ -36,6 +41,7 @@ bench: build
 clean:
 	rm -rf bin
 
-# Also drops the cached tools (staticcheck) under .cache/.
+# Also drops the cached tools (staticcheck) and the test VM's kernel and
+# initramfs under .cache/.
 distclean: clean
 	rm -rf .cache
