@@ -126,7 +126,9 @@ func TestLifecycleHibernateAndWake(t *testing.T) {
 	ctx := context.Background()
 	sb := d.create(t, agentbox.SandboxSpec{Hostname: "cold-box"})
 	id := sb.ID()
-	mustRun(t, sb, "echo kept > /root/data.txt && mkdir -p /opt/x && echo deep > /opt/x/y && rm /etc/shells && sleep 1000 >/dev/null 2>&1 &")
+	// Only the sleep in the background: "a && b &" would background the
+	// writes too, and a slow machine hibernates before they are done.
+	mustRun(t, sb, "echo kept > /root/data.txt && mkdir -p /opt/x && echo deep > /opt/x/y && rm /etc/shells && { sleep 1000 >/dev/null 2>&1 & }")
 	if len(sandboxPids(t, id)) < 2 {
 		t.Fatal("sandbox has no processes before hibernation")
 	}
