@@ -6,7 +6,7 @@
 # hybrid cgroup v1/v2 host never takes. The VM is booted with TCG, not
 # KVM (CI has no KVM), from an initramfs holding static busybox, the
 # file-system tools, the kernel modules, the agentbox binary and the test
-# binaries; it has no disk and no network. About 2 minutes on 2 CPUs.
+# binaries; it has no disk and no network. 2–3 minutes on 2 CPUs.
 #
 # Steps:
 #  1. install the Debian packages it needs (apt-get update only when one is
