@@ -143,15 +143,14 @@ func report(setupErr error) {
 }
 
 func setup() (net.Listener, error) {
-	// One P, for setup and for serving. Setup is one goroutine's
-	// syscalls, and with fewer Ps the Go runtime keeps fewer threads busy
-	// spinning for work and every syscallAllThreads below stops less (a
-	// tenth of a guest's CPU at start-up). Serving is I/O: waiting on
-	// sockets, pipes and children, which a single P multiplexes, while
-	// more Ps cost every exec thread handoffs and spinning, charged to the
-	// sandbox (about a tenth of an exec's CPU) and each a wakeup that may
-	// wait behind a busy neighbour. Blocking syscalls still get threads of
-	// their own.
+	// One P until setup is done: setup is one goroutine's syscalls, and
+	// with fewer Ps the Go runtime keeps fewer threads busy spinning for
+	// work and every syscallAllThreads below stops less (a tenth of a
+	// guest's CPU at start-up). The default is back before the guest
+	// serves: serving on one P cut an exec's CPU by a tenth, but a fork
+	// bomb at pids.max then killed the guest now and then (the runtime
+	// hands the one P to another thread on every long syscall, and dies
+	// when it cannot create one), even with spare threads kept.
 	goruntime.GOMAXPROCS(1)
 	// Anything beyond our protocol fds was leaked by the host: drop it
 	// before touching the filesystem.
@@ -217,6 +216,7 @@ func setup() (net.Listener, error) {
 		return nil, &SyscallError{Op: "write", Target: "sync fd", Err: err}
 	}
 	_ = unix.Close(SyncFD)
+	goruntime.SetDefaultGOMAXPROCS()
 	return ln, nil
 }
 
