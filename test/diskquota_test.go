@@ -87,28 +87,13 @@ func TestLimitsDiskQuotaXFSProject(t *testing.T) {
 		t.Fatalf("project table has %d for %s, the dir %d", got, full.ID(), prid)
 	}
 
-	before := freeBytes(t, mnt)
-	res := run(t, full, "dd if=/dev/zero of=/root/fill bs=1M count=256 2>&1; echo rc=$?; sync")
-	out := string(res.Stdout)
-	if !strings.Contains(out, "No space left on device") || !strings.Contains(out, "rc=1") {
-		t.Fatalf("filling the disk: %s", out)
-	}
-	size, _ := strconv.ParseInt(strings.TrimSpace(mustRun(t, full, "wc -c < /root/fill")), 10, 64)
-	if size < quota/2 || size > quota {
-		t.Fatalf("wrote %d bytes before ENOSPC, want about %d", size, quota)
-	}
 	// Nothing else writes to this filesystem but the daemon (its store).
-	if used := before - freeBytes(t, mnt); used > quota+16<<20 {
-		t.Fatalf("the filesystem lost %d bytes, quota is %d", used, quota)
-	}
+	fillDisk(t, full, quota, mnt, 16<<20)
 	// statfs of a project dir reports the project's limit.
 	if kb, _ := strconv.ParseInt(strings.TrimSpace(mustRun(t, full, "df -k / | tail -1 | awk '{print $2}'")), 10, 64); kb <= 0 || kb > quota>>10 {
 		t.Fatalf("df inside reports %d KiB, quota is %d KiB", kb, quota>>10)
 	}
-	res = run(t, full, "rm /root/fill; mkdir /root/many && cd /root/many && i=0; while [ $i -lt 3000 ]; do touch f$i 2>/dev/null || break; i=$((i+1)); done; echo $i")
-	if n, _ := strconv.Atoi(strings.TrimSpace(string(res.Stdout))); n <= 0 || n >= 2048 {
-		t.Fatalf("created %d files with a 2048-inode quota", n)
-	}
+	fillInodes(t, full, 2048)
 	mustRun(t, neighbour, "dd if=/dev/zero of=/root/ok bs=1M count=16 2>/dev/null && echo written > /root/ok2")
 	mustRun(t, full, "rm -rf /root/many && echo again > /root/again")
 
@@ -136,7 +121,7 @@ func TestLimitsDiskQuotaXFSProject(t *testing.T) {
 	if info := agentboxInfo(t, d); info.DiskQuota != api.DiskQuotaXFSProject {
 		t.Fatalf("after restart: disk_quota %q", info.DiskQuota)
 	}
-	res = run(t, full, "dd if=/dev/zero of=/root/big bs=1M count=128 2>&1")
+	res := run(t, full, "dd if=/dev/zero of=/root/big bs=1M count=128 2>&1")
 	if !strings.Contains(string(res.Stdout), "No space left") {
 		t.Fatalf("quota lost across restart: %s", res.Stdout)
 	}

@@ -311,3 +311,29 @@ func (d *daemon) rawRequest(t testing.TB, method, path string, body []byte) (int
 	_, _ = buf.ReadFrom(resp.Body)
 	return resp.StatusCode, buf.Bytes()
 }
+
+// loopbackAddr returns a free loopback TCP address (host:port) for a
+// daemon's --tcp listener.
+func loopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// tcpDaemon starts a daemon that also listens on loopback TCP with one
+// admin API key (in a keys file with a comment line, as operators write
+// them), and returns it with the address and the key.
+func tcpDaemon(t *testing.T) (*daemon, string, string) {
+	t.Helper()
+	addr := loopbackAddr(t)
+	keyFile := filepath.Join(t.TempDir(), "keys")
+	key := "test-key-" + randHex(16)
+	if err := os.WriteFile(keyFile, []byte("# test keys\n"+key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return newDaemonWith(t, "--tcp", addr, "--api-keys-file", keyFile), addr, key
+}

@@ -79,6 +79,54 @@ func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bo
 	}
 }
 
+// fillDisk writes zeros in sb until its disk quota of quota bytes stops
+// it: the write must end in ENOSPC after about quota bytes, and the
+// filesystem holding hostDir must have lost no more than quota plus slack
+// (what other writers on it may add meanwhile).
+func fillDisk(t *testing.T, sb *agentbox.Sandbox, quota int64, hostDir string, slack int64) {
+	t.Helper()
+	before := freeBytes(t, hostDir)
+	res := run(t, sb, "dd if=/dev/zero of=/root/fill bs=1M count=256 2>&1; echo rc=$?; sync")
+	if out := string(res.Stdout); !strings.Contains(out, "No space left on device") || !strings.Contains(out, "rc=1") {
+		t.Fatalf("filling the disk of %s: %s", sb.ID(), out)
+	}
+	size, _ := strconv.ParseInt(strings.TrimSpace(mustRun(t, sb, "wc -c < /root/fill")), 10, 64)
+	if size < quota/2 || size > quota {
+		t.Fatalf("%s wrote %d bytes before ENOSPC, want about %d", sb.ID(), size, quota)
+	}
+	if used := before - freeBytes(t, hostDir); used > quota+slack {
+		t.Fatalf("the host lost %d bytes to %s, its quota is %d", used, sb.ID(), quota)
+	}
+}
+
+// fillInodes removes /root/fill and creates files in sb until its inode
+// quota (inodes) stops it: fewer than inodes, but some, must be made.
+func fillInodes(t *testing.T, sb *agentbox.Sandbox, inodes int) {
+	t.Helper()
+	res := run(t, sb, "rm /root/fill; mkdir /root/many && cd /root/many && i=0; while [ $i -lt 3000 ]; do touch f$i 2>/dev/null || break; i=$((i+1)); done; echo $i")
+	if n, _ := strconv.Atoi(strings.TrimSpace(string(res.Stdout))); n <= 0 || n >= inodes {
+		t.Fatalf("created %d files with a %d-inode quota", n, inodes)
+	}
+}
+
+// deleteAllDisksGone deletes sbs and checks that no quota mount, loop
+// device or disk image of d is left.
+func deleteAllDisksGone(t *testing.T, d *daemon, sbs ...*agentbox.Sandbox) {
+	t.Helper()
+	for _, sb := range sbs {
+		if err := sb.Delete(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "no quota mounts after delete", func() bool {
+		return len(mountsUnder(t, filepath.Join(d.dataDir, "sandboxes")+"/")) == 0
+	})
+	eventually(t, "no loop devices after delete", func() bool { return len(loopsOf(t, d.dataDir)) == 0 })
+	if imgs, _ := filepath.Glob(filepath.Join(d.dataDir, "disks", "*")); len(imgs) != 0 {
+		t.Fatalf("images left: %v", imgs)
+	}
+}
+
 // A sandbox filling its disk quota gets ENOSPC inside; the host loses no
 // more than the quota; a neighbour keeps writing; the quota filesystem and
 // its loop device are gone after hibernate (remounted on wake, files kept)
@@ -99,26 +147,10 @@ func TestLimitsDiskQuota(t *testing.T) {
 		t.Fatalf("no quota mounts under %s: %v", d.dataDir, mountsUnder(t, d.dataDir))
 	}
 
-	before := freeBytes(t, d.dataDir)
-	res := run(t, full, "dd if=/dev/zero of=/root/fill bs=1M count=256 2>&1; echo rc=$?; sync")
-	out := string(res.Stdout)
-	if !strings.Contains(out, "No space left on device") || !strings.Contains(out, "rc=1") {
-		t.Fatalf("filling the disk: %s", out)
-	}
-	size, _ := strconv.ParseInt(strings.TrimSpace(mustRun(t, full, "wc -c < /root/fill")), 10, 64)
-	if size < quota/2 || size > quota {
-		t.Fatalf("wrote %d bytes before ENOSPC, want about %d", size, quota)
-	}
-	after := freeBytes(t, d.dataDir)
 	// Other processes on the host write too: allow 32 MiB of noise.
-	if used := before - after; used > quota+32<<20 {
-		t.Fatalf("host lost %d bytes, quota is %d", used, quota)
-	}
+	fillDisk(t, full, quota, d.dataDir, 32<<20)
 	// Inodes are capped too.
-	res = run(t, full, "rm /root/fill; mkdir /root/many && cd /root/many && i=0; while [ $i -lt 3000 ]; do touch f$i 2>/dev/null || break; i=$((i+1)); done; echo $i")
-	if n, _ := strconv.Atoi(strings.TrimSpace(string(res.Stdout))); n <= 0 || n >= 2048 {
-		t.Fatalf("created %d files with a 2048-inode quota", n)
-	}
+	fillInodes(t, full, 2048)
 	// The full sandbox and its neighbour still write.
 	mustRun(t, neighbour, "dd if=/dev/zero of=/root/ok bs=1M count=16 2>/dev/null && echo written > /root/ok2")
 	mustRun(t, full, "rm -rf /root/many && echo again > /root/again")
@@ -151,18 +183,7 @@ func TestLimitsDiskQuota(t *testing.T) {
 	}
 
 	// Delete: no mount, loop device or image is left.
-	for _, sb := range []*agentbox.Sandbox{full, neighbour} {
-		if err := sb.Delete(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(t, "no quota mounts after delete", func() bool {
-		return len(mountsUnder(t, filepath.Join(d.dataDir, "sandboxes")+"/")) == 0
-	})
-	eventually(t, "no loop devices after delete", func() bool { return len(loopsOf(t, d.dataDir)) == 0 })
-	if imgs, _ := filepath.Glob(filepath.Join(d.dataDir, "disks", "*")); len(imgs) != 0 {
-		t.Fatalf("images left: %v", imgs)
-	}
+	deleteAllDisksGone(t, d, full, neighbour)
 }
 
 // A fork of a disk-capped sandbox has a cap of its own: it sees its
@@ -194,18 +215,7 @@ func TestLimitsDiskQuotaFork(t *testing.T) {
 	if du := info.Info().Disk; du == nil || du.TotalBytes > quota || du.TotalBytes < quota/2 {
 		t.Fatalf("fork's inspect disk = %+v, want a total of about %d", du, quota)
 	}
-	before := freeBytes(t, d.dataDir)
-	res := run(t, fork, "dd if=/dev/zero of=/root/fill bs=1M count=256 2>&1; echo rc=$?; sync")
-	if out := string(res.Stdout); !strings.Contains(out, "No space left on device") || !strings.Contains(out, "rc=1") {
-		t.Fatalf("filling the fork's disk: %s", out)
-	}
-	size, _ := strconv.ParseInt(strings.TrimSpace(mustRun(t, fork, "wc -c < /root/fill")), 10, 64)
-	if size < quota/2 || size > quota {
-		t.Fatalf("fork wrote %d bytes before ENOSPC, want about %d", size, quota)
-	}
-	if used := before - freeBytes(t, d.dataDir); used > quota+32<<20 {
-		t.Fatalf("host lost %d bytes to one fork, its quota is %d", used, quota)
-	}
+	fillDisk(t, fork, quota, d.dataDir, 32<<20)
 	// The parent and the other fork have quotas of their own, untouched.
 	mustRun(t, parent, "dd if=/dev/zero of=/root/more bs=1M count=16 2>/dev/null")
 	mustRun(t, other, "dd if=/dev/zero of=/root/more bs=1M count=16 2>/dev/null")
@@ -224,18 +234,7 @@ func TestLimitsDiskQuotaFork(t *testing.T) {
 		t.Fatalf("fork after wake: %q", got)
 	}
 
-	for _, sb := range []*agentbox.Sandbox{fork, other, parent} {
-		if err := sb.Delete(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(t, "no quota mounts after delete", func() bool {
-		return len(mountsUnder(t, filepath.Join(d.dataDir, "sandboxes")+"/")) == 0
-	})
-	eventually(t, "no loop devices after delete", func() bool { return len(loopsOf(t, d.dataDir)) == 0 })
-	if imgs, _ := filepath.Glob(filepath.Join(d.dataDir, "disks", "*.img")); len(imgs) != 0 {
-		t.Fatalf("images left: %v", imgs)
-	}
+	deleteAllDisksGone(t, d, fork, other, parent)
 }
 
 // A daemon killed with quota sandboxes running re-adopts them (their

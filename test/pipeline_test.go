@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,24 +18,6 @@ import (
 	"github.com/agentbox/agentbox/api"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
-
-// tcpDaemon starts a daemon that also listens on loopback TCP with one API
-// key, and returns it with the address and the key.
-func tcpDaemon(t *testing.T) (*daemon, string, string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	keyFile := filepath.Join(t.TempDir(), "keys")
-	key := "pipeline-key-" + randHex(16)
-	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return newDaemonWith(t, "--tcp", addr, "--api-keys-file", keyFile), addr, key
-}
 
 // cliRun runs the agentbox binary against d's unix socket.
 func cliRun(t *testing.T, d *daemon, args ...string) string {

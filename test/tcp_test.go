@@ -2,9 +2,6 @@ package test
 
 import (
 	"context"
-	"net"
-	"os"
-	"path/filepath"
 	"testing"
 
 	agentbox "github.com/agentbox/agentbox/sdk/go"
@@ -13,18 +10,7 @@ import (
 // TestTCPListenerNeedsAPIKey: the optional TCP listener serves the same API,
 // but only to requests carrying one of the configured API keys.
 func TestTCPListenerNeedsAPIKey(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	keyFile := filepath.Join(t.TempDir(), "keys")
-	key := "test-key-" + randHex(16)
-	if err := os.WriteFile(keyFile, []byte("# test keys\n"+key+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d := newDaemonWith(t, "--tcp", addr, "--api-keys-file", keyFile)
+	d, addr, key := tcpDaemon(t)
 	ctx := context.Background()
 
 	anon, err := agentbox.New(agentbox.WithHost("http://" + addr))

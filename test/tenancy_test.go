@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -28,12 +27,7 @@ import (
 // returns it with the listener's base URL.
 func tenancyDaemon(t *testing.T) (*daemon, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := loopbackAddr(t)
 	return newDaemonWith(t, "--tcp", addr), "http://" + addr
 }
 
