@@ -129,6 +129,10 @@ type Config struct {
 	// Empty means the shared parent "agentbox", where only the cgroups of
 	// this daemon's own sandbox directories are cleaned up.
 	CgroupParent string `json:"cgroup_parent,omitempty"`
+	// CPUYield makes sandboxes that stay CPU-bound yield the CPU to the
+	// other sandboxes and, while any does, all sandboxes to the host (see
+	// internal/runtime/native/cpuyield.go). Nil means on.
+	CPUYield *bool `json:"cpu_yield,omitempty"`
 
 	// LogLevel is debug, info, warn or error. LogFormat is text or json.
 	LogLevel  string `json:"log_level"`
@@ -413,3 +417,6 @@ func (c *Config) LogValue() slog.Value {
 }
 
 var _ slog.LogValuer = (*Config)(nil)
+
+// CPUYieldOn reports whether the CPU yield policy is on (the default).
+func (c *Config) CPUYieldOn() bool { return c.CPUYield == nil || *c.CPUYield }

@@ -18,12 +18,13 @@ import (
 
 // Capability names reported by backends.
 const (
-	CapUserNamespaces = "userns"   // sandbox root is an unprivileged host uid
-	CapCgroups        = "cgroups"  // cpu, memory and pids limits enforced
-	CapSeccomp        = "seccomp"  // syscall filter on every sandbox process
-	CapNetworkNone    = "net-none" // private network namespace, loopback only
-	CapPause          = "pause"    // implements Pauser
-	CapStats          = "stats"    // implements StatsReader
+	CapUserNamespaces = "userns"    // sandbox root is an unprivileged host uid
+	CapCgroups        = "cgroups"   // cpu, memory and pids limits enforced
+	CapSeccomp        = "seccomp"   // syscall filter on every sandbox process
+	CapNetworkNone    = "net-none"  // private network namespace, loopback only
+	CapPause          = "pause"     // implements Pauser
+	CapStats          = "stats"     // implements StatsReader
+	CapCPUYield       = "cpu-yield" // CPU-bound sandboxes yield to interactive ones (cgroup cpu.idle)
 )
 
 // Capabilities describe what a backend enforces. A backend lists only what it

@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/containerd/cgroups/v3/cgroup1"
+
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/lazyregexp"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -45,17 +47,24 @@ type Config struct {
 	// under it that no record claims. Leave it false on a parent shared
 	// by several daemons.
 	OwnParent bool
+	// CPUYield turns on the CPU yield policy (see cpuyield.go): sandboxes
+	// found CPU-bound are made SCHED_IDLE, and while any is, the parent
+	// yields to the host. Call Close to stop it.
+	CPUYield bool
 }
 
-// Backend is the native runtime.Backend. It holds no per-sandbox state, so
-// several instances (e.g. before and after a daemon restart) can manage the
-// same sandboxes. Safe for concurrent use on distinct sandbox ids.
+// Backend is the native runtime.Backend. It holds no per-sandbox state
+// beyond the CPU yield policy's watch list of the sandboxes it created or
+// recovered, so several instances (e.g. before and after a daemon restart)
+// can manage the same sandboxes. Safe for concurrent use on distinct
+// sandbox ids.
 type Backend struct {
 	cgroupParent string
 	mode         string // cgroupMode(): "v1", "hybrid" or "v2"
 	log          *slog.Logger
 	pool         *zygotePool // nil without Prespawn
 	parentLock   *os.File    // held for the process's life when OwnParent
+	yield        *yielder    // nil unless Config.CPUYield and the kernel has cpu.idle
 }
 
 var (
@@ -94,10 +103,20 @@ func New(cfg Config) (*Backend, error) {
 			return nil, err
 		}
 	}
+	if cfg.CPUYield {
+		dir, err := cpuParentDir(mode, cfg.CgroupParent)
+		if err != nil {
+			return nil, err
+		}
+		if dir != "" {
+			b.yield = newYielder(dir, b.log)
+		}
+	}
 	if cfg.Prespawn != nil {
 		b.removeZygoteCgroups(context.Background())
 		pool, err := newZygotePool(*cfg.Prespawn, mode, cfg.CgroupParent, b.log)
 		if err != nil {
+			b.yield.close()
 			return nil, err
 		}
 		b.pool = pool
@@ -105,19 +124,41 @@ func New(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// Close stops the prespawned guests. Sandboxes are not affected.
-func (b *Backend) Close() error { return b.pool.close() }
+// Close stops the prespawned guests and the CPU yield policy. Sandboxes
+// are not affected.
+func (b *Backend) Close() error {
+	b.yield.close()
+	return b.pool.close()
+}
 
 // Capabilities reports what the backend enforces.
 func (b *Backend) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{
-		Name: Name,
-		Features: []string{
-			runtime.CapUserNamespaces, runtime.CapCgroups, runtime.CapSeccomp,
-			runtime.CapNetworkNone, runtime.CapPause, runtime.CapStats,
-		},
-		CgroupMode: b.mode,
+	features := []string{
+		runtime.CapUserNamespaces, runtime.CapCgroups, runtime.CapSeccomp,
+		runtime.CapNetworkNone, runtime.CapPause, runtime.CapStats,
 	}
+	if b.yield != nil {
+		features = append(features, runtime.CapCPUYield)
+	}
+	return runtime.Capabilities{Name: Name, Features: features, CgroupMode: b.mode}
+}
+
+// cpuParentDir is the host directory of the sandboxes' parent in the cpu
+// hierarchy, or "" when no cpu controller is mounted.
+func cpuParentDir(mode, parent string) (string, error) {
+	if mode == "v2" {
+		return filepath.Join(cgroupRoot, parent), nil
+	}
+	subs, err := v1Hierarchy()
+	if err != nil {
+		return "", fmt.Errorf("reading v1 hierarchies: %w", err)
+	}
+	for _, s := range subs {
+		if p, ok := s.(interface{ Path(string) string }); ok && s.Name() == cgroup1.Cpu {
+			return p.Path("/" + parent), nil
+		}
+	}
+	return "", nil
 }
 
 // cgroupPath is the sandbox's cgroup relative to each hierarchy root.

@@ -49,6 +49,11 @@ type cgroupManager interface {
 	delete() error
 	// dirs are the host directories of the cgroup (for leak checks).
 	dirs() []string
+	// cpuUsage is the CPU time (ns) the cgroup's tasks have used.
+	cpuUsage() (int64, error)
+	// cpuFiles are the cgroup's cpu.idle and thread list files, or ""
+	// when the cpu controller is not there.
+	cpuFiles() (idle, tasks string)
 }
 
 // cgroupMode names the host's cgroup layout: "v2" when only the unified
@@ -361,6 +366,16 @@ func (c *cgroupV1) dirs() []string {
 	return out
 }
 
+func (c *cgroupV1) cpuUsage() (int64, error) { return c.ctr.read(cpuCounter) }
+
+func (c *cgroupV1) cpuFiles() (idle, tasks string) {
+	d := c.dir[cgroup1.Cpu]
+	if d == "" {
+		return "", ""
+	}
+	return filepath.Join(d, "cpu.idle"), filepath.Join(d, "tasks")
+}
+
 // --- v2 ---
 
 type cgroupV2 struct {
@@ -473,6 +488,16 @@ func (c *cgroupV2) delete() error {
 }
 
 func (c *cgroupV2) dirs() []string { return []string{filepath.Join(cgroupRoot, c.path)} }
+
+func (c *cgroupV2) cpuUsage() (int64, error) { return c.ctr.read(cpuCounter) }
+
+func (c *cgroupV2) cpuFiles() (idle, tasks string) {
+	d := filepath.Join(cgroupRoot, c.path)
+	if _, err := os.Stat(filepath.Join(d, "cpu.idle")); err != nil {
+		return "", ""
+	}
+	return filepath.Join(d, "cpu.idle"), filepath.Join(d, "cgroup.threads")
+}
 
 // --- helpers ---
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +28,10 @@ type sandbox struct {
 	cg   cgroupManager
 	done <-chan struct{} // closed when the guest has exited
 	log  *slog.Logger
+	// yield is the backend's CPU yield policy (nil: off); paused is set
+	// while the sandbox is frozen, for it.
+	yield  *yielder
+	paused atomic.Bool
 
 	// mu serialises Destroy, Pause and Resume, and guards destroyed.
 	mu        sync.Mutex
@@ -34,7 +39,9 @@ type sandbox struct {
 }
 
 func newSandbox(b *Backend, spec runtime.Spec, cg cgroupManager, st state, done <-chan struct{}) *sandbox {
-	return &sandbox{spec: spec, st: st, cg: cg, done: done, log: b.log.With("sandbox", spec.ID)}
+	s := &sandbox{spec: spec, st: st, cg: cg, done: done, log: b.log.With("sandbox", spec.ID), yield: b.yield}
+	b.yield.add(s)
+	return s
 }
 
 func (s *sandbox) ID() string            { return s.spec.ID }
@@ -84,6 +91,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 		return fmt.Errorf("destroying sandbox %s: %w", s.spec.ID, err)
 	}
 	s.destroyed = true
+	s.yield.remove(s)
 	s.log.InfoContext(ctx, "sandbox destroyed")
 	return nil
 }
@@ -98,6 +106,7 @@ func (s *sandbox) Pause(ctx context.Context) error {
 	if err := s.cg.freeze(ctx); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", s.spec.ID, err)
 	}
+	s.paused.Store(true)
 	return nil
 }
 
@@ -111,6 +120,7 @@ func (s *sandbox) Resume(ctx context.Context) error {
 	if err := s.cg.thaw(ctx); err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", s.spec.ID, err)
 	}
+	s.paused.Store(false)
 	return nil
 }
 

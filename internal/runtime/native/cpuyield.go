@@ -1,0 +1,375 @@
+package native
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// CPU yield: CPU-bound sandboxes step back for interactive ones.
+//
+// Under contention EEVDF shares the CPU fairly, but a sandbox answering an
+// agent's commands still waits for a sandbox that is always runnable (a
+// build, a busy loop): the kernel protects a running task's slice until a
+// tick notices it is used up (4 ms at 250 Hz), so each wake-up on an
+// exec's path (the daemon, the guest, the command, the client) can lose a
+// tick to a hog, and the command's own CPU soon puts its sandbox past its
+// fair share, behind every hog in deadline order.
+//
+// The yielder watches the running sandboxes and marks those with a task
+// that was running or waiting to run (schedstat run+wait) for nearly all of
+// two consecutive windows as SCHED_IDLE, through their cgroup's cpu.idle:
+// any other sandbox's task then preempts them at once, and they share what
+// is left among themselves by weight. A sandbox stops yielding as soon as
+// no task of it is runnable for half a window. While any sandbox yields,
+// the sandboxes' parent cgroup yields to the host as well, so that the
+// daemon and clients on the host preempt a hog at once too; it stops when
+// no sandbox under the parent yields (whichever daemon's: the parent may
+// be shared, and the kernel's cpu.idle files are the shared state).
+//
+// The price: while it yields, a CPU-bound sandbox gets next to nothing
+// while interactive sandboxes or host processes want the CPU (weight 3
+// against 1024), and a CPU-bound load of many short-lived processes (each
+// gone before two windows) is never seen as CPU-bound.
+
+const (
+	yieldWindow = 250 * time.Millisecond
+	// yieldEnter is the share of a window a task must have been running
+	// or runnable for the window to count as busy; yieldLeave is the share
+	// below which no task may be for a yielding sandbox to stop yielding.
+	yieldEnter = 0.9
+	yieldLeave = 0.5
+	// yieldAfter busy windows in a row make a sandbox yield.
+	yieldAfter = 1
+)
+
+// yieldState is the classification of one sandbox, fed one window at a time.
+type yieldState struct {
+	busy     int // consecutive busy windows
+	yielding bool
+}
+
+// next takes the largest run+wait share of any task in the window just
+// ended and reports whether the sandbox should yield from now on.
+func (s *yieldState) next(maxShare float64) bool {
+	switch {
+	case s.yielding:
+		if maxShare < yieldLeave {
+			s.yielding, s.busy = false, 0
+		}
+	case maxShare >= yieldEnter:
+		s.busy++
+		s.yielding = s.busy >= yieldAfter
+	default:
+		s.busy = 0
+	}
+	return s.yielding
+}
+
+// yieldBox is a sandbox as the yielder sees it. Its fields other than sb,
+// idleFile and tasksFile belong to the sampling goroutine.
+type yieldBox struct {
+	sb        *sandbox
+	idleFile  string // the cgroup's cpu.idle
+	tasksFile string // the cgroup's thread list (v1 tasks, v2 cgroup.threads)
+
+	state     yieldState
+	prev      map[int]uint64 // tid → run+wait ns at the last sample
+	prevAt    time.Time
+	prevUsage int64 // cgroup CPU time (ns) at the last sample
+	written   bool  // cpu.idle was written once, with applied
+	applied   bool
+}
+
+// yielder runs the CPU yield policy for one backend.
+type yielder struct {
+	log        *slog.Logger
+	parentDir  string // the sandboxes' parent in the cpu hierarchy
+	parentIdle string // its cpu.idle
+	stop, done chan struct{}
+
+	// mu guards boxes.
+	mu    sync.Mutex
+	boxes map[*sandbox]*yieldBox
+
+	// Owned by the sampling goroutine.
+	active   int  // sandboxes that used CPU in the last window
+	yielding int  // sandboxes yielding after the last window
+	parentOn bool // this yielder last set the parent yielding
+}
+
+// newYielder returns a running yielder for the sandboxes under parentDir
+// (a directory of the cpu hierarchy), or nil when the kernel has no
+// cpu.idle (before 5.15).
+func newYielder(parentDir string, log *slog.Logger) *yielder {
+	if !kernelAtLeast(5, 15) {
+		log.Info("CPU yield off: the kernel has no cgroup cpu.idle (5.15 or later needed)")
+		return nil
+	}
+	y := &yielder{
+		log:        log,
+		parentDir:  parentDir,
+		parentIdle: filepath.Join(parentDir, "cpu.idle"),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+		boxes:      map[*sandbox]*yieldBox{},
+	}
+	go y.loop()
+	return y
+}
+
+// add starts watching s. Safe for concurrent use; a nil yielder ignores it.
+func (y *yielder) add(s *sandbox) {
+	if y == nil {
+		return
+	}
+	idle, tasks := s.cg.cpuFiles()
+	if idle == "" {
+		return // no cpu controller
+	}
+	y.mu.Lock()
+	y.boxes[s] = &yieldBox{sb: s, idleFile: idle, tasksFile: tasks}
+	y.mu.Unlock()
+}
+
+// remove stops watching s. Safe for concurrent use.
+func (y *yielder) remove(s *sandbox) {
+	if y == nil {
+		return
+	}
+	y.mu.Lock()
+	delete(y.boxes, s)
+	y.mu.Unlock()
+}
+
+// close stops the sampling goroutine; the cpu.idle files keep their values.
+func (y *yielder) close() {
+	if y == nil {
+		return
+	}
+	close(y.stop)
+	<-y.done
+}
+
+func (y *yielder) loop() {
+	defer close(y.done)
+	t := time.NewTicker(yieldWindow)
+	defer t.Stop()
+	for {
+		select {
+		case <-y.stop:
+			return
+		case now := <-t.C:
+			y.sample(now)
+		}
+	}
+}
+
+// sample classifies every watched sandbox over the window ending at now
+// and writes the cpu.idle files that change.
+func (y *yielder) sample(now time.Time) {
+	y.mu.Lock()
+	boxes := make([]*yieldBox, 0, len(y.boxes))
+	for _, b := range y.boxes {
+		boxes = append(boxes, b)
+	}
+	y.mu.Unlock()
+
+	// A sandbox that got less than a sliver of the CPU cannot have had a
+	// task running or waiting all along unless the CPU is shared among
+	// very many: the sliver shrinks with the number of sandboxes that ran.
+	sliver := 0.01
+	if y.active > 0 {
+		sliver = min(sliver, 0.5*float64(goruntime.NumCPU())/float64(y.active))
+	}
+	active, yielding := 0, 0
+	for _, b := range boxes {
+		share, used, gone := b.maxShare(now, sliver)
+		if gone {
+			y.remove(b.sb)
+			continue
+		}
+		if used {
+			active++
+		}
+		want := b.state.next(share)
+		if !b.written || want != b.applied {
+			if err := writeFlag(b.idleFile, want); err != nil {
+				if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENODEV) {
+					y.log.Warn("setting cpu.idle", "sandbox", b.sb.ID(), "err", err)
+				}
+				continue
+			}
+			if b.written || want {
+				y.log.Info("sandbox CPU class changed", "sandbox", b.sb.ID(), "cpu_bound", want)
+			}
+			b.written, b.applied = true, want
+		}
+		if want {
+			yielding++
+		}
+	}
+	y.active = active
+	y.updateParent(yielding)
+	y.yielding = yielding
+}
+
+// maxShare returns the largest share of the window that any task of the
+// sandbox spent running or runnable, whether the sandbox used CPU at all,
+// and gone when its cgroup no longer exists. A paused sandbox has share 0.
+func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, used, gone bool) {
+	usage, err := b.sb.cg.cpuUsage()
+	if err != nil {
+		return 0, false, errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) || errors.Is(err, os.ErrClosed)
+	}
+	window := now.Sub(b.prevAt)
+	delta := usage - b.prevUsage
+	first := b.prevAt.IsZero()
+	b.prevUsage, b.prevAt = usage, now
+	used = !first && delta > 0
+	if first || b.sb.paused.Load() || window <= 0 || float64(delta) < sliver*float64(window) {
+		b.prev = nil
+		return 0, used, false
+	}
+	tids, err := readTids(b.tasksFile)
+	if err != nil {
+		return 0, used, errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV)
+	}
+	cur := make(map[int]uint64, len(tids))
+	for _, tid := range tids {
+		v, ok := schedBusy(tid)
+		if !ok {
+			continue
+		}
+		cur[tid] = v
+		if p, seen := b.prev[tid]; seen && v >= p {
+			share = max(share, float64(v-p)/float64(window))
+		}
+	}
+	b.prev = cur
+	return share, used, false
+}
+
+// updateParent makes the parent yield to the host while any sandbox under
+// it yields. Going yielding is re-asserted every window (another daemon
+// sharing the parent may have cleared it); going back is decided on the
+// cpu.idle files of every cgroup under the parent, since other daemons'
+// sandboxes may still yield.
+func (y *yielder) updateParent(yielding int) {
+	if yielding > 0 {
+		if !y.parentOn || !readFlag(y.parentIdle) {
+			if err := writeFlag(y.parentIdle, true); err != nil {
+				y.log.Warn("setting cpu.idle of the sandboxes' parent", "err", err)
+				return
+			}
+			if !y.parentOn {
+				y.log.Info("sandboxes yield to the host while some are CPU-bound", "yielding", yielding)
+			}
+			y.parentOn = true
+		}
+		return
+	}
+	if !y.parentOn {
+		return
+	}
+	y.parentOn = false
+	entries, err := os.ReadDir(y.parentDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.IsDir() && readFlag(filepath.Join(y.parentDir, e.Name(), "cpu.idle")) {
+			return // another daemon's sandbox still yields
+		}
+	}
+	if err := writeFlag(y.parentIdle, false); err != nil {
+		y.log.Warn("clearing cpu.idle of the sandboxes' parent", "err", err)
+		return
+	}
+	y.log.Info("no sandbox is CPU-bound: sandboxes share the CPU with the host again")
+}
+
+// schedBusy returns the nanoseconds task tid has spent running and waiting
+// to run (the first two fields of /proc/<tid>/schedstat).
+func schedBusy(tid int) (uint64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/schedstat")
+	if err != nil {
+		return 0, false
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0, false
+	}
+	run, err1 := strconv.ParseUint(string(f[0]), 10, 64)
+	wait, err2 := strconv.ParseUint(string(f[1]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return run + wait, true
+}
+
+// readTids reads a cgroup thread list (one id per line).
+func readTids(file string) ([]int, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, l := range bytes.Fields(b) {
+		if n, err := strconv.Atoi(string(l)); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func writeFlag(file string, on bool) error {
+	v := []byte("0")
+	if on {
+		v = []byte("1")
+	}
+	return os.WriteFile(file, v, 0)
+}
+
+func readFlag(file string) bool {
+	b, err := os.ReadFile(file)
+	return err == nil && string(bytes.TrimSpace(b)) == "1"
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or later.
+func kernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	return releaseAtLeast(unix.ByteSliceToString(u.Release[:]), major, minor)
+}
+
+// releaseAtLeast reports whether the kernel release string rel (uname -r)
+// is major.minor or later.
+func releaseAtLeast(rel string, major, minor int) bool {
+	var v [2]int
+	parts := strings.SplitN(rel, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	for i := range v {
+		digits := strings.TrimRightFunc(parts[i], func(r rune) bool { return r < '0' || r > '9' })
+		n, err := strconv.Atoi(digits)
+		if err != nil {
+			return false
+		}
+		v[i] = n
+	}
+	return v[0] > major || (v[0] == major && v[1] >= minor)
+}
