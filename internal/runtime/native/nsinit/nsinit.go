@@ -102,8 +102,10 @@ func Main(serve func(ln net.Listener) error) {
 }
 
 // spareThreads is how many idle OS threads the guest keeps beyond those
-// setup left it with.
-const spareThreads = 4
+// setup left it with: with four, serving on one P, a fork bomb at pids.max
+// still killed the guest about one run in fifty; eight give it more
+// threads than it had serving on every P, where that never happened.
+const spareThreads = 8
 
 // reserveThreads makes the Go runtime start n more OS threads and leaves
 // them idle: the runtime reuses idle threads before it creates one, and
@@ -143,14 +145,15 @@ func report(setupErr error) {
 }
 
 func setup() (net.Listener, error) {
-	// One P until setup is done: setup is one goroutine's syscalls, and
-	// with fewer Ps the Go runtime keeps fewer threads busy spinning for
-	// work and every syscallAllThreads below stops less (a tenth of a
-	// guest's CPU at start-up). The default is back before the guest
-	// serves: serving on one P cut an exec's CPU by a tenth, but a fork
-	// bomb at pids.max then killed the guest now and then (the runtime
-	// hands the one P to another thread on every long syscall, and dies
-	// when it cannot create one), even with spare threads kept.
+	// One P, for good. Setup is one goroutine's syscalls, and every
+	// syscallAllThreads below stops fewer threads. Serving, the guest's
+	// work is one exec or file call at a time, mostly waiting: on more Ps
+	// the Go runtime wakes other threads to spin for work at every hand-off
+	// between goroutines (four times the context switches per exec), each
+	// of them a wake-up that waits for a CPU when the sandbox's neighbours
+	// keep the CPUs busy. The runtime still hands the P to another thread
+	// during a long syscall, and dies when it cannot create one (a fork
+	// bomb at pids.max): reserveThreads keeps spare ones.
 	goruntime.GOMAXPROCS(1)
 	// Anything beyond our protocol fds was leaked by the host: drop it
 	// before touching the filesystem.
@@ -216,7 +219,6 @@ func setup() (net.Listener, error) {
 		return nil, &SyscallError{Op: "write", Target: "sync fd", Err: err}
 	}
 	_ = unix.Close(SyncFD)
-	goruntime.SetDefaultGOMAXPROCS()
 	return ln, nil
 }
 
