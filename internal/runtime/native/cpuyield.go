@@ -228,6 +228,15 @@ func (y *yielder) sample(now time.Time) {
 // sandbox spent running or runnable, whether the sandbox used CPU at all,
 // and gone when its cgroup no longer exists. A paused sandbox has share 0.
 func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, used, gone bool) {
+	if b.sb.paused.Load() {
+		// Frozen tasks use no CPU: the counter is not read, and the
+		// window after the thaw starts here.
+		if !b.prevAt.IsZero() {
+			b.prevAt = now
+		}
+		b.prev = nil
+		return 0, false, false
+	}
 	usage, err := b.sb.cg.cpuUsage()
 	if err != nil {
 		return 0, false, errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) || errors.Is(err, os.ErrClosed)
@@ -237,7 +246,7 @@ func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, used,
 	first := b.prevAt.IsZero()
 	b.prevUsage, b.prevAt = usage, now
 	used = !first && delta > 0
-	if first || b.sb.paused.Load() || window <= 0 || float64(delta) < sliver*float64(window) {
+	if first || window <= 0 || float64(delta) < sliver*float64(window) {
 		b.prev = nil
 		return 0, used, false
 	}
