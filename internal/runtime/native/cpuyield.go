@@ -49,23 +49,36 @@ const (
 	// below which no task may be for a yielding sandbox to stop yielding.
 	yieldEnter = 0.9
 	yieldLeave = 0.5
-	// yieldAfter busy windows in a row make a sandbox yield.
+	// yieldAfter busy windows in a row make a sandbox yield; yieldQuiet
+	// quiet ones make it stop.
 	yieldAfter = 1
+	yieldQuiet = 2
 )
 
 // yieldState is the classification of one sandbox, fed one window at a time.
 type yieldState struct {
 	busy     int // consecutive busy windows
+	quiet    int // consecutive quiet windows while yielding
 	yielding bool
 }
 
 // next takes the largest run+wait share of any task in the window just
-// ended and reports whether the sandbox should yield from now on.
-func (s *yieldState) next(maxShare float64) bool {
+// ended and whether a task was runnable when it ended, and reports whether
+// the sandbox should yield from now on. A starved task's waiting is only
+// accounted when it next runs (schedstat's run_delay), so a yielding
+// sandbox's share swings between nothing and several windows' worth: it
+// stops yielding only after yieldQuiet windows in a row below yieldLeave
+// with no task runnable at their end.
+func (s *yieldState) next(maxShare float64, runnable bool) bool {
 	switch {
 	case s.yielding:
-		if maxShare < yieldLeave {
-			s.yielding, s.busy = false, 0
+		if maxShare >= yieldLeave || runnable {
+			s.quiet = 0
+			break
+		}
+		s.quiet++
+		if s.quiet >= yieldQuiet {
+			s.yielding, s.busy, s.quiet = false, 0, 0
 		}
 	case maxShare >= yieldEnter:
 		s.busy++
@@ -97,6 +110,7 @@ type yielder struct {
 	parentDir  string // the sandboxes' parent in the cpu hierarchy
 	parentIdle string // its cpu.idle
 	stop, done chan struct{}
+	closing    sync.Once
 
 	// mu guards boxes.
 	mu    sync.Mutex
@@ -124,6 +138,9 @@ func newYielder(parentDir string, log *slog.Logger) *yielder {
 		done:       make(chan struct{}),
 		boxes:      map[*sandbox]*yieldBox{},
 	}
+	// A daemon that died while sandboxes yielded left the parent yielding:
+	// the first window clears it unless some cgroup under it yields.
+	y.parentOn = readFlag(y.parentIdle)
 	go y.loop()
 	return y
 }
@@ -152,13 +169,24 @@ func (y *yielder) remove(s *sandbox) {
 	y.mu.Unlock()
 }
 
-// close stops the sampling goroutine; the cpu.idle files keep their values.
+// close stops the sampling goroutine and releases the sandboxes it made
+// yield (and the parent, unless another daemon's sandboxes yield): without
+// the policy running, nothing would release them. Idempotent.
 func (y *yielder) close() {
 	if y == nil {
 		return
 	}
-	close(y.stop)
+	y.closing.Do(func() { close(y.stop) })
 	<-y.done
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	for _, b := range y.boxes {
+		if b.applied {
+			_ = writeFlag(b.idleFile, false)
+			b.applied = false
+		}
+	}
+	y.updateParent(0)
 }
 
 func (y *yielder) loop() {
@@ -194,7 +222,7 @@ func (y *yielder) sample(now time.Time) {
 	}
 	active, yielding := 0, 0
 	for _, b := range boxes {
-		share, used, gone := b.maxShare(now, sliver)
+		share, runnable, used, gone := b.maxShare(now, sliver)
 		if gone {
 			y.remove(b.sb)
 			continue
@@ -202,7 +230,7 @@ func (y *yielder) sample(now time.Time) {
 		if used {
 			active++
 		}
-		want := b.state.next(share)
+		want := b.state.next(share, runnable)
 		if !b.written || want != b.applied {
 			if err := writeFlag(b.idleFile, want); err != nil {
 				if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENODEV) {
@@ -225,9 +253,10 @@ func (y *yielder) sample(now time.Time) {
 }
 
 // maxShare returns the largest share of the window that any task of the
-// sandbox spent running or runnable, whether the sandbox used CPU at all,
-// and gone when its cgroup no longer exists. A paused sandbox has share 0.
-func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, used, gone bool) {
+// sandbox spent running or runnable, whether (for a yielding sandbox) a
+// task is runnable now, whether the sandbox used CPU at all, and gone when
+// its cgroup no longer exists. A paused sandbox has share 0.
+func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, runnable, used, gone bool) {
 	if b.sb.paused.Load() {
 		// Frozen tasks use no CPU: the counter is not read, and the
 		// window after the thaw starts here.
@@ -235,24 +264,25 @@ func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, used,
 			b.prevAt = now
 		}
 		b.prev = nil
-		return 0, false, false
+		return 0, false, false, false
 	}
 	usage, err := b.sb.cg.cpuUsage()
 	if err != nil {
-		return 0, false, errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) || errors.Is(err, os.ErrClosed)
+		return 0, false, false, errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) || errors.Is(err, os.ErrClosed)
 	}
 	window := now.Sub(b.prevAt)
 	delta := usage - b.prevUsage
 	first := b.prevAt.IsZero()
 	b.prevUsage, b.prevAt = usage, now
 	used = !first && delta > 0
-	if first || window <= 0 || float64(delta) < sliver*float64(window) {
+	// A yielding sandbox is starved by design: it is read whatever it got.
+	if first || window <= 0 || (!b.state.yielding && float64(delta) < sliver*float64(window)) {
 		b.prev = nil
-		return 0, used, false
+		return 0, false, used, false
 	}
 	tids, err := readTids(b.tasksFile)
 	if err != nil {
-		return 0, used, errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV)
+		return 0, false, used, errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV)
 	}
 	cur := make(map[int]uint64, len(tids))
 	for _, tid := range tids {
@@ -264,9 +294,12 @@ func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, used,
 		if p, seen := b.prev[tid]; seen && v >= p {
 			share = max(share, float64(v-p)/float64(window))
 		}
+		if b.state.yielding && !runnable {
+			runnable = taskRunnable(tid)
+		}
 	}
 	b.prev = cur
-	return share, used, false
+	return share, runnable, used, false
 }
 
 // updateParent makes the parent yield to the host while any sandbox under
@@ -325,6 +358,19 @@ func schedBusy(tid int) (uint64, bool) {
 		return 0, false
 	}
 	return run + wait, true
+}
+
+// taskRunnable reports whether task tid is running or waiting to run
+// (state R in /proc/<tid>/stat).
+func taskRunnable(tid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and
+	// may itself contain ") ".
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'R'
 }
 
 // readTids reads a cgroup thread list (one id per line).

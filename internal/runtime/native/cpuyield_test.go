@@ -5,9 +5,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
@@ -16,26 +21,39 @@ import (
 
 func TestYieldStateNext(t *testing.T) {
 	type step struct {
-		share float64
-		want  bool
+		share    float64
+		runnable bool
+		want     bool
 	}
 	for name, steps := range map[string][]step{
-		"a busy window yields":            {{0.95, true}},
-		"idle stays":                      {{0, false}, {0.3, false}, {0.89, false}},
-		"stays yielding above leave":      {{1, true}, {0.6, true}, {0.5, true}, {0.95, true}},
-		"stops below leave":               {{1, true}, {0.49, false}, {0.6, false}},
-		"yields again after a stop":       {{1, true}, {0, false}, {0.9, true}},
-		"just under enter never yields":   {{0.899, false}, {0.899, false}, {0.899, false}},
-		"a paused (zero) window releases": {{1, true}, {1, true}, {0, false}},
+		"a busy window yields":          {{0.95, false, true}},
+		"idle stays":                    {{0, false, false}, {0.3, true, false}, {0.89, true, false}},
+		"stays yielding above leave":    {{1, false, true}, {0.6, false, true}, {0.5, false, true}, {0.95, false, true}},
+		"stops after two quiet windows": {{1, false, true}, {0.49, false, true}, {0.1, false, false}, {0.6, false, false}},
+		"a busy window resets quiet":    {{1, false, true}, {0.2, false, true}, {0.7, false, true}, {0.2, false, true}, {0, false, false}},
+		"runnable at the end is busy":   {{1, false, true}, {0, true, true}, {0, true, true}, {0, false, true}, {0, false, false}},
+		"starved: waits come in lumps":  {{1, false, true}, {0, true, true}, {2.2, true, true}, {0.3, true, true}, {0, true, true}},
+		"yields again after a stop":     {{1, false, true}, {0, false, true}, {0, false, false}, {0.9, false, true}},
+		"just under enter never yields": {{0.899, true, false}, {0.899, true, false}, {0.899, true, false}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var s yieldState
 			for i, st := range steps {
-				if got := s.next(st.share); got != st.want {
-					t.Fatalf("window %d (share %.3f): yield = %v, want %v", i, st.share, got, st.want)
+				if got := s.next(st.share, st.runnable); got != st.want {
+					t.Fatalf("window %d (share %.3f, runnable %v): yield = %v, want %v", i, st.share, st.runnable, got, st.want)
 				}
 			}
 		})
+	}
+}
+
+func TestTaskRunnable(t *testing.T) {
+	// The calling thread is running while it reads its own state.
+	if !taskRunnable(unix.Gettid()) {
+		t.Error("the running thread is not runnable")
+	}
+	if taskRunnable(1 << 30) {
+		t.Error("a missing task is runnable")
 	}
 }
 
@@ -67,6 +85,17 @@ func TestCPUYield(t *testing.T) {
 	testutil.Requires(t, kernelAtLeast(5, 15), "the kernel has no cgroup cpu.idle (5.15 or later needed)")
 	f := fixture(t)
 	const parent = testCgroupParent + "-yield"
+	// A parent left yielding by a daemon that died is released.
+	parentDir, err := cpuParentDir(cgroupMode(), parent)
+	if err != nil || parentDir == "" {
+		t.Fatalf("cpu hierarchy dir of %s: %q, %v", parent, parentDir, err)
+	}
+	if err := os.MkdirAll(parentDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFlag(filepath.Join(parentDir, "cpu.idle"), true); err != nil {
+		t.Fatal(err)
+	}
 	b, err := New(Config{CgroupParent: parent, CPUYield: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +121,6 @@ func TestCPUYield(t *testing.T) {
 		}
 		return file
 	}
-	parentIdle := filepath.Join(b.yield.parentDir, "cpu.idle")
 	wait := func(what string, want map[string]bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -118,8 +146,33 @@ func TestCPUYield(t *testing.T) {
 		}
 	}
 
+	parentIdle := filepath.Join(parentDir, "cpu.idle")
+	wait("stale parent", map[string]bool{parentIdle: false})
+
 	runtimetest.MustExec(t, hogSpec.SocketPath, "sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $! > /tmp/hog.pid")
 	wait("busy loop running", map[string]bool{idleOf(hog): true, idleOf(calm): false, parentIdle: true})
+
+	// Starved by the host (the parent yields to it), the busy sandbox
+	// gets next to no CPU; it is still CPU-bound and must keep yielding.
+	var stop atomic.Bool
+	var spinners sync.WaitGroup
+	for range goruntime.NumCPU() {
+		spinners.Add(1)
+		go func() {
+			defer spinners.Done()
+			for !stop.Load() { // a busy loop of the host's
+			}
+		}()
+	}
+	released := false
+	for end := time.Now().Add(6 * yieldWindow); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		released = released || !readFlag(idleOf(hog))
+	}
+	stop.Store(true)
+	spinners.Wait()
+	if released {
+		t.Error("the busy sandbox stopped yielding while the host starved it")
+	}
 
 	if err := hog.(runtime.Pauser).Pause(context.Background()); err != nil {
 		t.Fatal(err)
@@ -132,4 +185,14 @@ func TestCPUYield(t *testing.T) {
 
 	runtimetest.MustExec(t, hogSpec.SocketPath, "kill $(cat /tmp/hog.pid)")
 	wait("busy loop ended", map[string]bool{idleOf(hog): false, idleOf(calm): false, parentIdle: false})
+
+	// Closing the backend (a daemon stopping) releases what it made yield.
+	runtimetest.MustExec(t, hogSpec.SocketPath, "sh -c 'while :; do :; done' >/dev/null 2>&1 &")
+	wait("busy loop restarted", map[string]bool{idleOf(hog): true, parentIdle: true})
+	b.Close()
+	for _, file := range []string{idleOf(hog), parentIdle} {
+		if readFlag(file) {
+			t.Errorf("%s still 1 after Close", file)
+		}
+	}
 }
