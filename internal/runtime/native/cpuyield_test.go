@@ -90,7 +90,13 @@ func TestCPUYield(t *testing.T) {
 	if err != nil || parentDir == "" {
 		t.Fatalf("cpu hierarchy dir of %s: %q, %v", parent, parentDir, err)
 	}
-	if err := os.MkdirAll(parentDir, 0o755); err != nil {
+	// A child with a CPU limit makes the parent a cpu cgroup on v2 too
+	// (its cpu.idle appears once the controller is enabled above it).
+	probe, err := newCgroup(cgroupMode(), "/"+parent+"/"+runtimetest.NewID("probe"), runtime.Resources{CPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probe.delete(); err != nil {
 		t.Fatal(err)
 	}
 	if err := writeFlag(filepath.Join(parentDir, "cpu.idle"), true); err != nil {
