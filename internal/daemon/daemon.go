@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/runner"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/native"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -96,6 +97,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			st.Close()
 		}
 	}()
+	// Refused here rather than at the first create, where a cgo or
+	// dynamically linked guest fails with an obscure setup error.
+	if err := runner.CheckStatic(guestBin); err != nil {
+		return nil, fmt.Errorf("guest binary %s: %w", guestBin, err)
+	}
 	runnerDir, err := sandbox.PrepareRunner(filepath.Join(cfg.DataDir, "runner"), guestBin)
 	if err != nil {
 		return nil, err

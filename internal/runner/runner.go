@@ -20,6 +20,7 @@ package runner
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/hex"
 	"fmt"
@@ -77,6 +78,16 @@ func CheckStatic(path string) error {
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
 			return fmt.Errorf("the binary is dynamically linked (build it with CGO_ENABLED=0): %w", errdefs.ErrInvalidArgument)
+		}
+	}
+	// Linked statically, a cgo build still cannot serve: the guest sets
+	// its security posture on every thread with syscall.AllThreadsSyscall,
+	// which fails (ENOTSUP) in a binary that uses cgo.
+	if bi, err := buildinfo.ReadFile(path); err == nil {
+		for _, st := range bi.Settings {
+			if st.Key == "CGO_ENABLED" && st.Value == "1" {
+				return fmt.Errorf("the binary was built with cgo (build it with CGO_ENABLED=0): %w", errdefs.ErrInvalidArgument)
+			}
 		}
 	}
 	return nil

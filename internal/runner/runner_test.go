@@ -39,6 +39,12 @@ func fakeGuest(t *testing.T, mode string) string {
 	p := filepath.Join(dir, "agentbox")
 	cmd := exec.Command("go", "build", "-o", p, "-ldflags", "-X main.mode="+mode, "./testdata/fakeguest")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if mode == "cgo" {
+		// A good guest built with cgo on, yet static: net and os/user
+		// in pure Go, so no C toolchain is needed to build it.
+		cmd = exec.Command("go", "build", "-o", p, "-tags", "netgo,osusergo", "-ldflags", "-X main.mode=ok", "./testdata/fakeguest")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building fake guest: %v\n%s", err, out)
 	}
@@ -148,6 +154,7 @@ func TestStageRefusesBadRunners(t *testing.T) {
 	}{
 		"script":      {script, "not an ELF"},
 		"dynamic":     {testutil.RequiresBinary(t, "ls"), "dynamically linked"},
+		"cgo":         {fakeGuest(t, "cgo"), "built with cgo"},
 		"fails":       {fakeGuest(t, "fail"), "broken on purpose"},
 		"garbage":     {fakeGuest(t, "garbage"), "no report"},
 		"two reports": {fakeGuest(t, "twice"), "more than one report"},
