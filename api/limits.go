@@ -19,6 +19,12 @@ package api
 // kill is counted in Sandbox.OOMKills and reported once as a sandbox event
 // of type SandboxEventOOM (GET /v1/sandboxes/{id}/events).
 
+// CPU: under contention a sandbox with a task that stays runnable (a build,
+// a busy loop) yields the CPU to the sandboxes that do not, and while any
+// does, sandboxes yield to the host's processes: Sandbox.CPUBound is set
+// meanwhile (backends with the cpu-yield capability; daemon config
+// cpu_yield, on by default).
+
 // SandboxEventOOM is the type of the event the daemon records when the
 // sandbox's OOM-kill counter grew; Value is the new count.
 const SandboxEventOOM = "oom"

@@ -92,6 +92,9 @@ type Sandbox struct {
 	// Limit reports (api/limits.go), filled in by GET /v1/sandboxes/{id}.
 	OOMKills int64      `json:"oom_kills,omitempty"`
 	Disk     *DiskUsage `json:"disk,omitempty"`
+	// CPUBound: the sandbox has a task that stays runnable, and yields the
+	// CPU to the sandboxes that do not (api/limits.go).
+	CPUBound bool `json:"cpu_bound,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

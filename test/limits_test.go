@@ -369,3 +369,32 @@ func TestLimitsValidation(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox with a busy loop is reported CPU-bound (and yields the CPU)
+// while the loop runs, and only then; a calm neighbour never is.
+func TestLimitsCPUBound(t *testing.T) {
+	d := newDaemon(t)
+	ctx := context.Background()
+	info, err := d.client.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(info.Capabilities, "cpu-yield") {
+		t.Fatalf("capabilities %v lack cpu-yield (cgroup cpu.idle, Linux 5.15+)", info.Capabilities)
+	}
+	busy := d.create(t, agentbox.SandboxSpec{})
+	calm := d.create(t, agentbox.SandboxSpec{})
+	cpuBound := func(sb *agentbox.Sandbox) bool {
+		if err := sb.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return sb.Info().CPUBound
+	}
+	pid := strings.TrimSpace(mustRun(t, busy, "sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"))
+	eventually(t, "the busy sandbox is reported CPU-bound", func() bool { return cpuBound(busy) })
+	if cpuBound(calm) {
+		t.Fatal("the calm sandbox is reported CPU-bound")
+	}
+	mustRun(t, busy, "kill "+pid)
+	eventually(t, "the busy sandbox is no longer CPU-bound once its loop ends", func() bool { return !cpuBound(busy) })
+}

@@ -154,6 +154,9 @@ type Stats struct {
 	MemoryBytes int64
 	Pids        int64
 	OOMKills    int64
+	// CPUBound is set while the backend has the sandbox yield the CPU as
+	// CPU-bound (CapCPUYield).
+	CPUBound bool
 }
 
 // StatsReader is implemented by sandboxes that expose cgroup counters.

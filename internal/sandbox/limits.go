@@ -104,6 +104,7 @@ func (m *Manager) reportLimits(ctx context.Context, b *box, sb *api.Sandbox) {
 		return
 	}
 	sb.OOMKills = st.OOMKills
+	sb.CPUBound = st.CPUBound
 	m.noteOOM(ctx, sb.ID, st.OOMKills)
 }
 

@@ -109,7 +109,7 @@ func New(cfg Config) (*Backend, error) {
 			return nil, err
 		}
 		if dir != "" {
-			b.yield = newYielder(dir, b.log)
+			b.yield = newYielder(dir, parentCounters(mode, cfg.CgroupParent), b.log)
 		}
 	}
 	if cfg.Prespawn != nil {
@@ -141,6 +141,20 @@ func (b *Backend) Capabilities() runtime.Capabilities {
 		features = append(features, runtime.CapCPUYield)
 	}
 	return runtime.Capabilities{Name: Name, Features: features, CgroupMode: b.mode}
+}
+
+// parentCounters reads the CPU time of the sandboxes' parent cgroup.
+func parentCounters(mode, parent string) *counters {
+	if mode == "v2" {
+		return v2Counters(filepath.Join(cgroupRoot, parent))
+	}
+	subs, _ := v1Hierarchy()
+	for _, s := range subs {
+		if p, ok := s.(interface{ Path(string) string }); ok && s.Name() == cgroup1.Cpuacct {
+			return v1Counters(p.Path("/"+parent), "", "")
+		}
+	}
+	return v1Counters("", "", "")
 }
 
 // cpuParentDir is the host directory of the sandboxes' parent in the cpu

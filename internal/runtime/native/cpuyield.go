@@ -3,6 +3,7 @@ package native
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -53,6 +54,12 @@ const (
 	// quiet ones make it stop.
 	yieldAfter = 1
 	yieldQuiet = 2
+	// The sandboxes yield to the host only while the host's own processes
+	// use less than hostHeavy of the machine's CPU: past that (a build on
+	// the host, say) they compete with it fairly again, until its use falls
+	// below hostLight.
+	hostHeavy = 0.5
+	hostLight = 0.35
 )
 
 // yieldState is the classification of one sandbox, fed one window at a time.
@@ -107,8 +114,9 @@ type yieldBox struct {
 // yielder runs the CPU yield policy for one backend.
 type yielder struct {
 	log        *slog.Logger
-	parentDir  string // the sandboxes' parent in the cpu hierarchy
-	parentIdle string // its cpu.idle
+	parentDir  string    // the sandboxes' parent in the cpu hierarchy
+	parentIdle string    // its cpu.idle
+	parentCPU  *counters // its CPU time
 	stop, done chan struct{}
 	closing    sync.Once
 
@@ -117,15 +125,71 @@ type yielder struct {
 	boxes map[*sandbox]*yieldBox
 
 	// Owned by the sampling goroutine.
-	active   int  // sandboxes that used CPU in the last window
-	yielding int  // sandboxes yielding after the last window
-	parentOn bool // this yielder last set the parent yielding
+	active    int  // sandboxes that used CPU in the last window
+	yielding  int  // sandboxes yielding after the last window
+	parentOn  bool // this yielder last set the parent yielding
+	host      hostLoad
+	hostHeavy bool
 }
 
+// hostLoad measures the CPU the host's processes, the sandboxes' parent
+// excepted, use between two samples.
+type hostLoad struct {
+	busy, parent int64 // ns: all CPUs' busy time (/proc/stat), the parent's
+	at           time.Time
+}
+
+// share returns the share of the machine's CPU the host's own processes
+// used since the last call (ok false on the first call or a failed read).
+func (h *hostLoad) share(now time.Time, parent *counters) (float64, bool) {
+	busy, err := procStatBusy()
+	if err != nil {
+		return 0, false
+	}
+	par, err := parent.read(cpuCounter)
+	if err != nil {
+		return 0, false
+	}
+	prev := *h
+	h.busy, h.parent, h.at = busy, par, now
+	window := now.Sub(prev.at)
+	if prev.at.IsZero() || window <= 0 {
+		return 0, false
+	}
+	host := float64((busy - prev.busy) - (par - prev.parent))
+	return max(host, 0) / (float64(window) * float64(goruntime.NumCPU())), true
+}
+
+// procStatBusy is the time (ns) all CPUs spent busy since boot: user, nice,
+// system, irq, softirq and steal from /proc/stat (guest time is in user).
+func procStatBusy() (int64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 9 || string(f[0]) != "cpu" {
+		return 0, errors.New("/proc/stat: no cpu line")
+	}
+	var ticks int64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system irq softirq steal
+		n, err := strconv.ParseInt(string(f[i]), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		ticks += n
+	}
+	return ticks * (int64(time.Second) / userHZ), nil
+}
+
+// userHZ is the unit of /proc/stat (USER_HZ, 100 on every Linux ABI).
+const userHZ = 100
+
 // newYielder returns a running yielder for the sandboxes under parentDir
-// (a directory of the cpu hierarchy), or nil when the kernel has no
-// cpu.idle (before 5.15).
-func newYielder(parentDir string, log *slog.Logger) *yielder {
+// (a directory of the cpu hierarchy) whose CPU time parentCPU reads, or
+// nil when the kernel has no cpu.idle (before 5.15).
+func newYielder(parentDir string, parentCPU *counters, log *slog.Logger) *yielder {
 	if !kernelAtLeast(5, 15) {
 		log.Info("CPU yield off: the kernel has no cgroup cpu.idle (5.15 or later needed)")
 		return nil
@@ -134,6 +198,7 @@ func newYielder(parentDir string, log *slog.Logger) *yielder {
 		log:        log,
 		parentDir:  parentDir,
 		parentIdle: filepath.Join(parentDir, "cpu.idle"),
+		parentCPU:  parentCPU,
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 		boxes:      map[*sandbox]*yieldBox{},
@@ -184,9 +249,11 @@ func (y *yielder) close() {
 		if b.applied {
 			_ = writeFlag(b.idleFile, false)
 			b.applied = false
+			b.sb.cpuBound.Store(false)
 		}
 	}
-	y.updateParent(0)
+	y.updateParent(0, false)
+	y.parentCPU.close()
 }
 
 func (y *yielder) loop() {
@@ -242,13 +309,25 @@ func (y *yielder) sample(now time.Time) {
 				y.log.Info("sandbox CPU class changed", "sandbox", b.sb.ID(), "cpu_bound", want)
 			}
 			b.written, b.applied = true, want
+			b.sb.cpuBound.Store(want)
 		}
 		if want {
 			yielding++
 		}
 	}
 	y.active = active
-	y.updateParent(yielding)
+	if share, ok := y.host.share(now, y.parentCPU); ok {
+		switch {
+		case !y.hostHeavy && share >= hostHeavy:
+			y.hostHeavy = true
+			if yielding > 0 {
+				y.log.Info("the host is busy: sandboxes share the CPU with it again", "host_share", share)
+			}
+		case y.hostHeavy && share < hostLight:
+			y.hostHeavy = false
+		}
+	}
+	y.updateParent(yielding, y.hostHeavy)
 	y.yielding = yielding
 }
 
@@ -303,12 +382,13 @@ func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, runna
 }
 
 // updateParent makes the parent yield to the host while any sandbox under
-// it yields. Going yielding is re-asserted every window (another daemon
-// sharing the parent may have cleared it); going back is decided on the
+// it yields and the host is not busy itself. Going yielding is
+// re-asserted every window (another daemon sharing the parent may have
+// cleared it). Going back for want of yielding sandboxes is decided on the
 // cpu.idle files of every cgroup under the parent, since other daemons'
-// sandboxes may still yield.
-func (y *yielder) updateParent(yielding int) {
-	if yielding > 0 {
+// sandboxes may still yield; for a busy host, at once.
+func (y *yielder) updateParent(yielding int, hostBusy bool) {
+	if yielding > 0 && !hostBusy {
 		if !y.parentOn || !readFlag(y.parentIdle) {
 			if err := writeFlag(y.parentIdle, true); err != nil {
 				y.log.Warn("setting cpu.idle of the sandboxes' parent", "err", err)
@@ -324,21 +404,26 @@ func (y *yielder) updateParent(yielding int) {
 	if !y.parentOn {
 		return
 	}
-	y.parentOn = false
-	entries, err := os.ReadDir(y.parentDir)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if e.IsDir() && readFlag(filepath.Join(y.parentDir, e.Name(), "cpu.idle")) {
-			return // another daemon's sandbox still yields
+	if !hostBusy {
+		entries, err := os.ReadDir(y.parentDir)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			if e.IsDir() && readFlag(filepath.Join(y.parentDir, e.Name(), "cpu.idle")) {
+				y.parentOn = false
+				return // another daemon's sandbox still yields
+			}
 		}
 	}
 	if err := writeFlag(y.parentIdle, false); err != nil {
 		y.log.Warn("clearing cpu.idle of the sandboxes' parent", "err", err)
 		return
 	}
-	y.log.Info("no sandbox is CPU-bound: sandboxes share the CPU with the host again")
+	y.parentOn = false
+	if !hostBusy {
+		y.log.Info("no sandbox is CPU-bound: sandboxes share the CPU with the host again")
+	}
 }
 
 // schedBusy returns the nanoseconds task tid has spent running and waiting

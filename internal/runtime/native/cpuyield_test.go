@@ -158,8 +158,10 @@ func TestCPUYield(t *testing.T) {
 	runtimetest.MustExec(t, hogSpec.SocketPath, "sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $! > /tmp/hog.pid")
 	wait("busy loop running", map[string]bool{idleOf(hog): true, idleOf(calm): false, parentIdle: true})
 
-	// Starved by the host (the parent yields to it), the busy sandbox
-	// gets next to no CPU; it is still CPU-bound and must keep yielding.
+	// A host that wants all the CPU is not yielded to: the parent stops
+	// yielding while the busy sandbox, starved, keeps yielding to its
+	// neighbours (its waits are accounted in lumps; it is still
+	// CPU-bound).
 	var stop atomic.Bool
 	var spinners sync.WaitGroup
 	for range goruntime.NumCPU() {
@@ -170,15 +172,20 @@ func TestCPUYield(t *testing.T) {
 			}
 		}()
 	}
-	released := false
-	for end := time.Now().Add(6 * yieldWindow); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	released, parentReleased := false, false
+	for end := time.Now().Add(10 * yieldWindow); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		released = released || !readFlag(idleOf(hog))
+		parentReleased = parentReleased || !readFlag(parentIdle)
 	}
 	stop.Store(true)
 	spinners.Wait()
 	if released {
 		t.Error("the busy sandbox stopped yielding while the host starved it")
 	}
+	if !parentReleased {
+		t.Error("the sandboxes' parent kept yielding to a host that used every CPU")
+	}
+	wait("host quiet again", map[string]bool{idleOf(hog): true, idleOf(calm): false, parentIdle: true})
 
 	if err := hog.(runtime.Pauser).Pause(context.Background()); err != nil {
 		t.Fatal(err)
@@ -200,5 +207,18 @@ func TestCPUYield(t *testing.T) {
 		if readFlag(file) {
 			t.Errorf("%s still 1 after Close", file)
 		}
+	}
+}
+
+func TestProcStatBusy(t *testing.T) {
+	a, err := procStatBusy()
+	if err != nil || a <= 0 {
+		t.Fatalf("procStatBusy = %d, %v", a, err)
+	}
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); { // a little busy time
+	}
+	b, err := procStatBusy()
+	if err != nil || b < a {
+		t.Fatalf("procStatBusy went from %d to %d (%v)", a, b, err)
 	}
 }

@@ -29,9 +29,10 @@ type sandbox struct {
 	done <-chan struct{} // closed when the guest has exited
 	log  *slog.Logger
 	// yield is the backend's CPU yield policy (nil: off); paused is set
-	// while the sandbox is frozen, for it.
-	yield  *yielder
-	paused atomic.Bool
+	// while the sandbox is frozen, for it, and cpuBound by it.
+	yield    *yielder
+	paused   atomic.Bool
+	cpuBound atomic.Bool // the yielder has it yield
 
 	// mu serialises Destroy, Pause and Resume, and guards destroyed.
 	mu        sync.Mutex
@@ -127,6 +128,7 @@ func (s *sandbox) Resume(ctx context.Context) error {
 // Stats reads the cgroup's counters.
 func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 	st, err := s.cg.stats()
+	st.CPUBound = s.cpuBound.Load()
 	if err != nil {
 		// ENOENT: the cgroup is gone before the first read; ENODEV or a
 		// closed file: it was removed after.
