@@ -214,15 +214,17 @@ const boundsText = `
   (one transaction and fsync pair for every record that arrived during the
   previous commit), so sixteen concurrent creates do not queue for sixteen
   fsyncs.
-- **Exec next to ten busy neighbours**: the busy sandboxes and the one that
-  runs the execs have equal CPU weights, so on two cores the latter is
-  entitled to a sixth of one core, while ` + "`exec /bin/true`" + ` back to back
-  asks for about half of one (guest, fork, exec). The scheduler (EEVDF)
-  makes it wait once it is ahead of its share, and a process that wakes
-  on a core held by a loop waits up to the next tick (4 ms at 250 Hz):
-  the median hardly moves, the p99 does. Giving the agent's own processes
-  a short EEVDF slice (so they preempt the loops) made the p99 worse, not
-  better (paired runs; see docs/ARCHITECTURE.md).
+- **Exec next to ten busy neighbours**: with equal CPU weights the sandbox
+  that runs the execs would be entitled to an eleventh of the CPU while
+  ` + "`exec /bin/true`" + ` back to back asks for about a third of a core; the
+  scheduler (EEVDF) would make it wait once it is ahead of its share, and
+  a process woken on a core held by a loop would wait for the next tick
+  (4 ms at 250 Hz). The loops are CPU-bound, so they yield (cgroup
+  ` + "`cpu.idle`" + `, docs/ARCHITECTURE.md "CPU between sandboxes"): the
+  execs' processes preempt them at once, and while the host's own
+  processes leave the sandboxes half the CPU, so do the daemon and the
+  client. The ratio of two p99s is noisy on a shared 2-core VM: paired
+  runs of this row range from about 1.5 to 2.3.
 `
 
 const methodText = `
