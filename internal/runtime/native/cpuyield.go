@@ -105,6 +105,7 @@ type yieldBox struct {
 
 	state     yieldState
 	prev      map[int]uint64 // tid → run+wait ns at the last sample
+	stats     statFiles      // open schedstat files of its tasks
 	prevAt    time.Time
 	prevUsage int64 // cgroup CPU time (ns) at the last sample
 	written   bool  // cpu.idle was written once, with applied
@@ -125,9 +126,10 @@ type yielder struct {
 	boxes map[*sandbox]*yieldBox
 
 	// Owned by the sampling goroutine.
-	active    int  // sandboxes that used CPU in the last window
-	yielding  int  // sandboxes yielding after the last window
-	parentOn  bool // this yielder last set the parent yielding
+	open      map[*yieldBox]bool // boxes holding statFiles
+	active    int                // sandboxes that used CPU in the last window
+	yielding  int                // sandboxes yielding after the last window
+	parentOn  bool               // this yielder last set the parent yielding
 	host      hostLoad
 	hostHeavy bool
 }
@@ -202,6 +204,7 @@ func newYielder(parentDir string, parentCPU *counters, log *slog.Logger) *yielde
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 		boxes:      map[*sandbox]*yieldBox{},
+		open:       map[*yieldBox]bool{},
 	}
 	// A daemon that died while sandboxes yielded left the parent yielding:
 	// the first window clears it unless some cgroup under it yields.
@@ -254,6 +257,10 @@ func (y *yielder) close() {
 	}
 	y.updateParent(0, false)
 	y.parentCPU.close()
+	for b := range y.open {
+		b.stats.closeAll()
+	}
+	clear(y.open)
 }
 
 func (y *yielder) loop() {
@@ -288,9 +295,24 @@ func (y *yielder) sample(now time.Time) {
 		sliver = min(sliver, 0.5*float64(goruntime.NumCPU())/float64(y.active))
 	}
 	active, yielding := 0, 0
+	listed := make(map[*yieldBox]bool, len(boxes))
+	budget := maxStatFiles
+	for b := range y.open {
+		budget -= len(b.stats)
+	}
 	for _, b := range boxes {
-		share, runnable, used, gone := b.maxShare(now, sliver)
+		listed[b] = true
+		before := len(b.stats)
+		share, runnable, used, gone := b.maxShare(now, sliver, budget > 0)
+		budget -= len(b.stats) - before
+		if len(b.stats) > 0 {
+			y.open[b] = true
+		} else {
+			delete(y.open, b)
+		}
 		if gone {
+			b.stats.closeAll()
+			delete(y.open, b)
 			y.remove(b.sb)
 			continue
 		}
@@ -315,6 +337,12 @@ func (y *yielder) sample(now time.Time) {
 			yielding++
 		}
 	}
+	for b := range y.open {
+		if !listed[b] { // removed (destroyed) since the last window
+			b.stats.closeAll()
+			delete(y.open, b)
+		}
+	}
 	y.active = active
 	if share, ok := y.host.share(now, y.parentCPU); ok {
 		switch {
@@ -332,10 +360,11 @@ func (y *yielder) sample(now time.Time) {
 }
 
 // maxShare returns the largest share of the window that any task of the
-// sandbox spent running or runnable, whether (for a yielding sandbox) a
-// task is runnable now, whether the sandbox used CPU at all, and gone when
-// its cgroup no longer exists. A paused sandbox has share 0.
-func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, runnable, used, gone bool) {
+// sandbox spent running or runnable, whether (for a yielding sandbox that
+// was quiet) a task is runnable now, whether the sandbox used CPU at all,
+// and gone when its cgroup no longer exists. A paused sandbox has share 0.
+// keepOpen lets it keep its tasks' schedstat files open.
+func (b *yieldBox) maxShare(now time.Time, sliver float64, keepOpen bool) (share float64, runnable, used, gone bool) {
 	if b.sb.paused.Load() {
 		// Frozen tasks use no CPU: the counter is not read, and the
 		// window after the thaw starts here.
@@ -343,6 +372,7 @@ func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, runna
 			b.prevAt = now
 		}
 		b.prev = nil
+		b.stats.closeAll()
 		return 0, false, false, false
 	}
 	usage, err := b.sb.cg.cpuUsage()
@@ -357,15 +387,19 @@ func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, runna
 	// A yielding sandbox is starved by design: it is read whatever it got.
 	if first || window <= 0 || (!b.state.yielding && float64(delta) < sliver*float64(window)) {
 		b.prev = nil
+		b.stats.closeAll()
 		return 0, false, used, false
 	}
 	tids, err := readTids(b.tasksFile)
 	if err != nil {
 		return 0, false, used, errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV)
 	}
+	if b.stats == nil {
+		b.stats = statFiles{}
+	}
 	cur := make(map[int]uint64, len(tids))
 	for _, tid := range tids {
-		v, ok := schedBusy(tid)
+		v, ok := b.stats.read(tid, keepOpen)
 		if !ok {
 			continue
 		}
@@ -373,12 +407,73 @@ func (b *yieldBox) maxShare(now time.Time, sliver float64) (share float64, runna
 		if p, seen := b.prev[tid]; seen && v >= p {
 			share = max(share, float64(v-p)/float64(window))
 		}
-		if b.state.yielding && !runnable {
-			runnable = taskRunnable(tid)
+	}
+	b.stats.keep(cur)
+	b.prev = cur
+	if b.state.yielding && share < yieldLeave {
+		for tid := range cur {
+			if taskRunnable(tid) {
+				runnable = true
+				break
+			}
 		}
 	}
-	b.prev = cur
 	return share, runnable, used, false
+}
+
+// maxStatFiles bounds the schedstat files a yielder keeps open (beyond it,
+// each read opens and closes its file).
+const maxStatFiles = 4096
+
+// statFiles are open /proc/<tid>/schedstat files of one sandbox's tasks,
+// by tid: raw descriptors read with pread, since opening the file (a path
+// walk through procfs) cost most of the sampler's time.
+type statFiles map[int]int
+
+// read returns the nanoseconds task tid has spent running and waiting to
+// run (the first two fields of its schedstat), through a kept descriptor
+// when keepOpen or one already is.
+func (f statFiles) read(tid int, keepOpen bool) (uint64, bool) {
+	fd, ok := f[tid]
+	if !ok {
+		var err error
+		fd, err = unix.Open("/proc/"+strconv.Itoa(tid)+"/schedstat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, false
+		}
+		if keepOpen {
+			f[tid] = fd
+		} else {
+			defer unix.Close(fd)
+		}
+	}
+	var buf [128]byte
+	n, err := unix.Pread(fd, buf[:], 0)
+	if err != nil || n <= 0 {
+		if ok || keepOpen { // the task is gone (ESRCH): drop its file
+			unix.Close(fd)
+			delete(f, tid)
+		}
+		return 0, false
+	}
+	return parseSchedstat(buf[:n])
+}
+
+// keep closes the files of tasks not in live.
+func (f statFiles) keep(live map[int]uint64) {
+	for tid, fd := range f {
+		if _, ok := live[tid]; !ok {
+			unix.Close(fd)
+			delete(f, tid)
+		}
+	}
+}
+
+func (f statFiles) closeAll() {
+	for tid, fd := range f {
+		unix.Close(fd)
+		delete(f, tid)
+	}
 }
 
 // updateParent makes the parent yield to the host while any sandbox under
@@ -426,13 +521,9 @@ func (y *yielder) updateParent(yielding int, hostBusy bool) {
 	}
 }
 
-// schedBusy returns the nanoseconds task tid has spent running and waiting
-// to run (the first two fields of /proc/<tid>/schedstat).
-func schedBusy(tid int) (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/schedstat")
-	if err != nil {
-		return 0, false
-	}
+// parseSchedstat returns run + wait from a schedstat line ("run wait
+// timeslices", nanoseconds).
+func parseSchedstat(b []byte) (uint64, bool) {
 	f := bytes.Fields(b)
 	if len(f) < 2 {
 		return 0, false

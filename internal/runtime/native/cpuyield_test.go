@@ -222,3 +222,41 @@ func TestProcStatBusy(t *testing.T) {
 		t.Fatalf("procStatBusy went from %d to %d (%v)", a, b, err)
 	}
 }
+
+func TestStatFiles(t *testing.T) {
+	fds := func() int {
+		e, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(e)
+	}
+	before := fds()
+	f := statFiles{}
+	tid := unix.Gettid()
+	a, ok := f.read(tid, true)
+	if !ok || a == 0 {
+		t.Fatalf("read(self) = %d, %v", a, ok)
+	}
+	for end := time.Now().Add(20 * time.Millisecond); time.Now().Before(end); { // some run time
+	}
+	b, ok := f.read(tid, true)
+	if !ok || b <= a || len(f) != 1 {
+		t.Fatalf("second read through the kept file = %d (first %d), %v, %d files", b, a, ok, len(f))
+	}
+	if _, ok := f.read(1<<30, true); ok || len(f) != 1 {
+		t.Fatalf("a missing task read ok, or kept a file (%d)", len(f))
+	}
+	if _, ok := f.read(os.Getpid(), false); !ok || len(f) != 1 {
+		t.Fatalf("a one-shot read failed or kept its file (%d)", len(f))
+	}
+	f.keep(map[int]uint64{})
+	if len(f) != 0 || fds() != before {
+		t.Fatalf("keep(none) left %d files, %d descriptors more", len(f), fds()-before)
+	}
+	f.read(tid, true)
+	f.closeAll()
+	if len(f) != 0 || fds() != before {
+		t.Fatalf("closeAll left %d files, %d descriptors more", len(f), fds()-before)
+	}
+}
