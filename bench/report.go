@@ -220,7 +220,7 @@ const boundsText = `
   scheduler (EEVDF) would make it wait once it is ahead of its share, and
   a process woken on a core held by a loop would wait for the next tick
   (4 ms at 250 Hz). The loops are CPU-bound, so they yield (cgroup
-  ` + "`cpu.idle`" + `, docs/ARCHITECTURE.md "CPU between sandboxes"): the
+  ` + "`cpu.idle`" + `, docs/LIMITS.md "CPU between sandboxes"): the
   execs' processes preempt them at once, and while the host's own
   processes leave the sandboxes half the CPU, so do the daemon and the
   client. The ratio of two p99s is noisy on a shared 2-core VM: paired
