@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
@@ -22,16 +20,10 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-// fakeQuotas admits sandboxes and runs, and layers unless refuse is set.
-// It records which layers it was asked about and whether each one's
-// record existed when its reservation was released.
+// fakeQuotas admits sandboxes and runs, and layers through an
+// AdmitRecorder whose "recorded" is whether LayerBytes counts the layer.
 type fakeQuotas struct {
-	m *Manager
-
-	mu       sync.Mutex
-	refuse   bool
-	asked    []string // "tenant layer"
-	released []string // "layer recorded=BOOL"
+	testutil.AdmitRecorder
 }
 
 func (q *fakeQuotas) AdmitSandboxes(ctx context.Context, tenant string, n int, disk int64) (int64, func(), error) {
@@ -41,33 +33,7 @@ func (q *fakeQuotas) AdmitSandboxes(ctx context.Context, tenant string, n int, d
 func (q *fakeQuotas) AdmitRun(ctx context.Context, tenant string) error { return nil }
 
 func (q *fakeQuotas) AdmitLayer(ctx context.Context, tn, layer string) (func(), error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.asked = append(q.asked, tn+" "+layer)
-	if q.refuse {
-		return nil, errdefs.WithRetryAfter(fmt.Errorf("tenant %s is over its disk quota: %w", tn, errdefs.ErrResourceExhausted), 10)
-	}
-	return func() {
-		// Counted by LayerBytes by now: its record exists.
-		n, _ := q.m.LayerBytes(context.Background(), tn, nil)
-		with, _ := q.m.LayerBytes(context.Background(), tn, []string{layer})
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.released = append(q.released, fmt.Sprintf("%s recorded=%v", layer, n == with))
-	}, nil
-}
-
-func (q *fakeQuotas) set(refuse bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.refuse = refuse
-	q.asked, q.released = nil, nil
-}
-
-func (q *fakeQuotas) calls() (asked, released []string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return slices.Clone(q.asked), slices.Clone(q.released)
+	return q.Admit(tn, layer)
 }
 
 // layerManager is a test Manager with a layer store, a template manager
@@ -101,7 +67,12 @@ func layerManager(t *testing.T) (*Manager, *fakeQuotas, layers.Layer) {
 	if _, err := tm.Adopt(ctx, "busybox-img", base.ID, nil); err != nil {
 		t.Fatal(err)
 	}
-	q := &fakeQuotas{m: m}
+	q := &fakeQuotas{}
+	q.Recorded = func(tn, layer string) bool {
+		n, _ := m.LayerBytes(context.Background(), tn, nil)
+		with, _ := m.LayerBytes(context.Background(), tn, []string{layer})
+		return n == with
+	}
 	m.SetQuotas(q)
 	return m, q, base
 }
@@ -173,7 +144,7 @@ func TestLayerAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	asked, released := q.calls()
+	asked, released := q.Calls()
 	if want := []string{"acme " + ck.Layers[0]}; !slices.Equal(asked, want) {
 		t.Fatalf("admission asked %v, want %v", asked, want)
 	}
@@ -189,12 +160,12 @@ func TestLayerAdmission(t *testing.T) {
 
 	// A saved template version is the tenant's too.
 	writeUpper(t, m, id, "two", 1<<16)
-	q.set(false)
+	q.Reset(false)
 	v, err := m.SaveTemplate(acme, id, api.SaveTemplateRequest{Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if asked, released := q.calls(); len(asked) != 1 || asked[0] != "acme "+v.ID || len(released) != 1 || released[0] != v.ID+" recorded=true" {
+	if asked, released := q.Calls(); len(asked) != 1 || asked[0] != "acme "+v.ID || len(released) != 1 || released[0] != v.ID+" recorded=true" {
 		t.Fatalf("save: asked %v, released %v", asked, released)
 	}
 	vl, err := m.cfg.Layers.Get(v.ID)
@@ -208,7 +179,7 @@ func TestLayerAdmission(t *testing.T) {
 	// Refused: checkpoint, implicit checkpoints (fork, exec transaction),
 	// template save. Nothing is left of any.
 	writeUpper(t, m, id, "three", 1<<16)
-	q.set(true)
+	q.Reset(true)
 	cksBefore, dirsBefore := checkpointIDs(t, m), layerDirs(t, m)
 	_, err = m.CreateCheckpoint(acme, id, api.CreateCheckpointRequest{Name: "three"})
 	if !errors.Is(err, errdefs.ErrResourceExhausted) {
@@ -223,7 +194,7 @@ func TestLayerAdmission(t *testing.T) {
 	if _, err := m.SaveTemplate(acme, id, api.SaveTemplateRequest{Name: "app"}); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("template save over quota: %v", err)
 	}
-	if asked, _ := q.calls(); len(asked) != 4 {
+	if asked, _ := q.Calls(); len(asked) != 4 {
 		t.Errorf("admission asked %d times, want 4: %v", len(asked), asked)
 	}
 	if got := checkpointIDs(t, m); !slices.Equal(got, cksBefore) {
@@ -240,7 +211,7 @@ func TestLayerAdmission(t *testing.T) {
 	}
 
 	// Deleting the checkpoint frees its layer.
-	q.set(false)
+	q.Reset(false)
 	rc, err := m.ExportCheckpoint(acme, ck.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +234,7 @@ func TestLayerAdmission(t *testing.T) {
 
 	// An import over quota removes the layers it wrote (here the deleted
 	// checkpoint's, on the catalogue's base, which stays).
-	q.set(true)
+	q.Reset(true)
 	dirsBefore = layerDirs(t, m)
 	if _, err := m.ImportTemplate(acme, "img", bytes.NewReader(archive)); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("import over quota: %v", err)
@@ -274,12 +245,12 @@ func TestLayerAdmission(t *testing.T) {
 	if _, err := m.GetTemplate(acme, "img"); !errdefs.IsNotFound(err) {
 		t.Errorf("refused import registered: %v", err)
 	}
-	q.set(false)
+	q.Reset(false)
 	img, err := m.ImportTemplate(acme, "img", bytes.NewReader(archive))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if asked, _ := q.calls(); !slices.Equal(asked, []string{"acme " + img.ID}) {
+	if asked, _ := q.Calls(); !slices.Equal(asked, []string{"acme " + img.ID}) {
 		t.Errorf("import asked %v", asked)
 	}
 	if got, _ := m.LayerBytes(ctx, "acme", nil); got != vl.Size+ck.SizeBytes {

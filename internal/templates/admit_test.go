@@ -3,53 +3,14 @@ package templates
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/testutil"
 )
-
-// fakeAdmit refuses the names it is told to and records every call, and
-// whether the template's record existed at each release.
-type fakeAdmit struct {
-	m *Manager
-
-	mu       sync.Mutex
-	refuse   bool
-	calls    []string // "name layer"
-	released []string // "name recorded=BOOL"
-}
-
-func (f *fakeAdmit) admit(ctx context.Context, name, layer string) (func(), error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, name+" "+layer)
-	if f.refuse {
-		return nil, fmt.Errorf("tenant over its disk quota: %w", errdefs.ErrResourceExhausted)
-	}
-	return func() {
-		_, err := f.m.Get(ctx, name)
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.released = append(f.released, fmt.Sprintf("%s recorded=%v", name, err == nil))
-	}, nil
-}
-
-func (f *fakeAdmit) reset(refuse bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.refuse, f.calls, f.released = refuse, nil, nil
-}
-
-func (f *fakeAdmit) log() (calls, released []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.calls), slices.Clone(f.released)
-}
 
 // refsOf returns the template references on layer id.
 func refsOf(t *testing.T, m *Manager, id string) []string {
@@ -73,12 +34,12 @@ func refsOf(t *testing.T, m *Manager, id string) []string {
 // template holds already is not asked about.
 func TestAdmitTemplateLayers(t *testing.T) {
 	m, _ := newManager(t, &fakeRunner{})
-	f := &fakeAdmit{m: m}
-	m.cfg.Admit = f.admit
+	f := newFakeAdmit(m)
+	m.cfg.Admit = func(ctx context.Context, name, layer string) (func(), error) { return f.Admit(name, layer) }
 	ctx := context.Background()
 
 	spec := api.TemplateSpec{Name: "acme~app", Base: "busybox", Steps: []api.TemplateStep{{Run: "write /a one"}}}
-	f.reset(true)
+	f.Reset(true)
 	_, err := m.Build(ctx, api.BuildTemplateRequest{Spec: &spec}, nil)
 	if !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("refused build: %v", err)
@@ -86,7 +47,7 @@ func TestAdmitTemplateLayers(t *testing.T) {
 	if _, err := m.Get(ctx, "acme~app"); !errdefs.IsNotFound(err) {
 		t.Fatalf("a refused build registered its template: %v", err)
 	}
-	calls, _ := f.log()
+	calls, _ := f.Calls()
 	if len(calls) != 1 || !strings.HasPrefix(calls[0], "acme~app ") {
 		t.Fatalf("admission calls %v", calls)
 	}
@@ -95,9 +56,9 @@ func TestAdmitTemplateLayers(t *testing.T) {
 		t.Fatalf("refused layer keeps references %v", refs)
 	}
 
-	f.reset(false)
+	f.Reset(false)
 	tmpl, _ := build(t, m, api.BuildTemplateRequest{Spec: &spec})
-	calls, released := f.log()
+	calls, released := f.Calls()
 	if want := []string{"acme~app " + tmpl.ID}; !slices.Equal(calls, want) {
 		t.Fatalf("admission calls %v, want %v", calls, want)
 	}
@@ -108,11 +69,11 @@ func TestAdmitTemplateLayers(t *testing.T) {
 	}
 
 	// The same result again: nothing new to admit, even over quota.
-	f.reset(true)
+	f.Reset(true)
 	if again, _ := build(t, m, api.BuildTemplateRequest{Spec: &spec, Force: true}); again.ID != tmpl.ID {
 		t.Fatalf("forced rebuild gave %s, want %s", again.ID, tmpl.ID)
 	}
-	if calls, _ := f.log(); len(calls) != 0 {
+	if calls, _ := f.Calls(); len(calls) != 0 {
 		t.Fatalf("rebuild to the held layer asked %v", calls)
 	}
 	// A changed spec over quota: refused, the old build stays.
@@ -143,15 +104,15 @@ func TestAdmitTemplateLayers(t *testing.T) {
 	if refs := refsOf(t, m, tmpl.ID); !slices.Equal(refs, []string{builtRef("acme~app")}) {
 		t.Fatalf("refused import and save left references %v", refs)
 	}
-	if calls, _ := f.log(); len(calls) != 3 {
+	if calls, _ := f.Calls(); len(calls) != 3 {
 		t.Fatalf("admission calls %v, want the rebuild, the import and the save", calls)
 	}
-	f.reset(false)
+	f.Reset(false)
 	v, err := m.Save(ctx, "acme~saved", tmpl.ID, nil, "sb1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if calls, released := f.log(); !slices.Equal(calls, []string{"acme~saved " + tmpl.ID}) || !slices.Equal(released, []string{"acme~saved recorded=true"}) {
+	if calls, released := f.Calls(); !slices.Equal(calls, []string{"acme~saved " + tmpl.ID}) || !slices.Equal(released, []string{"acme~saved recorded=true"}) {
 		t.Fatalf("save: calls %v, released %v", calls, released)
 	}
 	if name, ok := RefTemplate(versionRef("acme~saved", v.Version)); !ok || name != "acme~saved" {
@@ -159,5 +120,14 @@ func TestAdmitTemplateLayers(t *testing.T) {
 	}
 	if _, ok := RefTemplate("checkpoint/abc"); ok {
 		t.Error("RefTemplate took a checkpoint's reference")
+	}
+}
+
+// newFakeAdmit records template layer admissions; "recorded" is whether
+// the template's record exists at release.
+func newFakeAdmit(m *Manager) *testutil.AdmitRecorder {
+	return &testutil.AdmitRecorder{
+		Recorded: func(name, _ string) bool { _, err := m.Get(context.Background(), name); return err == nil },
+		Label:    func(name, _ string) string { return name },
 	}
 }
