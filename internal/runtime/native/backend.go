@@ -108,8 +108,12 @@ func New(cfg Config) (*Backend, error) {
 		if err != nil {
 			return nil, err
 		}
+		ctr, err := parentCounters(mode, cfg.CgroupParent)
+		if err != nil {
+			return nil, err
+		}
 		if dir != "" {
-			b.yield = newYielder(dir, parentCounters(mode, cfg.CgroupParent), b.log)
+			b.yield = newYielder(dir, ctr, b.log)
 		}
 	}
 	if cfg.Prespawn != nil {
@@ -144,17 +148,12 @@ func (b *Backend) Capabilities() runtime.Capabilities {
 }
 
 // parentCounters reads the CPU time of the sandboxes' parent cgroup.
-func parentCounters(mode, parent string) *counters {
+func parentCounters(mode, parent string) (*counters, error) {
 	if mode == "v2" {
-		return v2Counters(filepath.Join(cgroupRoot, parent))
+		return v2Counters(filepath.Join(cgroupRoot, parent)), nil
 	}
-	subs, _ := v1Hierarchy()
-	for _, s := range subs {
-		if p, ok := s.(interface{ Path(string) string }); ok && s.Name() == cgroup1.Cpuacct {
-			return v1Counters(p.Path("/"+parent), "", "")
-		}
-	}
-	return v1Counters("", "", "")
+	dir, err := v1Dir(cgroup1.Cpuacct, "/"+parent)
+	return v1Counters(dir, "", ""), err
 }
 
 // cpuParentDir is the host directory of the sandboxes' parent in the cpu
@@ -163,16 +162,7 @@ func cpuParentDir(mode, parent string) (string, error) {
 	if mode == "v2" {
 		return filepath.Join(cgroupRoot, parent), nil
 	}
-	subs, err := v1Hierarchy()
-	if err != nil {
-		return "", fmt.Errorf("reading v1 hierarchies: %w", err)
-	}
-	for _, s := range subs {
-		if p, ok := s.(interface{ Path(string) string }); ok && s.Name() == cgroup1.Cpu {
-			return p.Path("/" + parent), nil
-		}
-	}
-	return "", nil
+	return v1Dir(cgroup1.Cpu, "/"+parent)
 }
 
 // cgroupPath is the sandbox's cgroup relative to each hierarchy root.

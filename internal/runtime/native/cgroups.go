@@ -233,6 +233,21 @@ func (c *cgroupV1) renameTo(path string, res runtime.Resources) (*cgroupV1, erro
 	return nc, nil
 }
 
+// v1Dir is the host directory of path in the v1 hierarchy of controller
+// name, or "" when that controller is not mounted.
+func v1Dir(name cgroup1.Name, path string) (string, error) {
+	subs, err := v1Hierarchy()
+	if err != nil {
+		return "", fmt.Errorf("reading v1 hierarchies: %w", err)
+	}
+	for _, s := range subs {
+		if p, ok := s.(interface{ Path(string) string }); ok && s.Name() == name {
+			return p.Path(path), nil
+		}
+	}
+	return "", nil
+}
+
 func v1FromCgroup(cg cgroup1.Cgroup, path string) (*cgroupV1, error) {
 	c := &cgroupV1{cg: cg, path: path, dir: map[cgroup1.Name]string{}}
 	for _, s := range cg.Subsystems() {

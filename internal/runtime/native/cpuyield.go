@@ -128,7 +128,6 @@ type yielder struct {
 	// Owned by the sampling goroutine.
 	open      map[*yieldBox]bool // boxes holding statFiles
 	active    int                // sandboxes that used CPU in the last window
-	yielding  int                // sandboxes yielding after the last window
 	parentOn  bool               // this yielder last set the parent yielding
 	host      hostLoad
 	hostHeavy bool
@@ -356,7 +355,6 @@ func (y *yielder) sample(now time.Time) {
 		}
 	}
 	y.updateParent(yielding, y.hostHeavy)
-	y.yielding = yielding
 }
 
 // maxShare returns the largest share of the window that any task of the
