@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -38,9 +39,14 @@ func guestCommand() *cobra.Command {
 			}
 			nsinit.Main(func(ln net.Listener) error {
 				// The version names this very build (runner.Build of our
-				// own executable) so an upgrade can tell guests apart.
-				build, _ := runner.Build("/proc/self/exe")
-				return guest.Serve(context.Background(), ln, guest.Options{Version: runner.GuestVersion(version.Version, build)})
+				// own executable) so an upgrade can tell guests apart. It
+				// is read when first asked for: parsing our ELF headers is
+				// no part of a sandbox's start-up.
+				v := sync.OnceValue(func() string {
+					build, _ := runner.Build("/proc/self/exe")
+					return runner.GuestVersion(version.Version, build)
+				})
+				return guest.Serve(context.Background(), ln, guest.Options{VersionOf: v})
 			})
 			os.Exit(0)
 		},

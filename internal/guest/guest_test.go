@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -131,6 +132,21 @@ func TestVersion(t *testing.T) {
 	v, err := c.Version(tctx(t))
 	if err != nil || v != "v9.9" {
 		t.Fatalf("Version = %q, %v", v, err)
+	}
+}
+
+func TestVersionOfAskedPerCall(t *testing.T) {
+	var asked atomic.Int32
+	c, _ := startGuest(t, guest.Options{Version: "ignored", VersionOf: func() string {
+		return fmt.Sprintf("v%d", asked.Add(1))
+	}})
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("VersionOf asked %d times before any version operation", n)
+	}
+	for _, want := range []string{"v1", "v2"} {
+		if v, err := c.Version(tctx(t)); err != nil || v != want {
+			t.Fatalf("Version = %q, %v; want %q", v, err, want)
+		}
 	}
 }
 

@@ -33,8 +33,11 @@ import (
 
 // Options configure Serve.
 type Options struct {
-	// Version is reported by the version operation.
-	Version string
+	// Version is reported by the version operation. VersionOf, when set,
+	// is asked instead, at every version operation (so a guest need not
+	// work its version out before anyone asks).
+	Version   string
+	VersionOf func() string
 	// Logger receives the guest's log; nil discards it.
 	Logger *slog.Logger
 	// MaxOutputBuffer is the per-process replay buffer in bytes (newest
@@ -210,7 +213,11 @@ func (s *server) fail(c *conn, err error) {
 func (s *server) dispatch(c *conn, req *proto.Request) error {
 	switch req.Op {
 	case proto.OpVersion:
-		return c.reply(proto.VersionReply{Version: s.opts.Version, Protocol: proto.Version})
+		v := s.opts.Version
+		if s.opts.VersionOf != nil {
+			v = s.opts.VersionOf()
+		}
+		return c.reply(proto.VersionReply{Version: v, Protocol: proto.Version})
 	case proto.OpExec, proto.OpStart:
 		if req.Exec == nil {
 			return fmt.Errorf("%s without exec request: %w", req.Op, errdefs.ErrInvalidArgument)

@@ -53,6 +53,10 @@ func TestSecurityPosture(t *testing.T) {
 				t.Errorf("%s = %q, want %q", k, st[k], v)
 			}
 		}
+		// The guest's own environment (GOMAXPROCS=1) is not theirs.
+		if env, _ := run("env"); strings.Contains(env, "GOMAXPROCS") {
+			t.Errorf("a sandbox process inherited the guest's environment:\n%s", env)
+		}
 	})
 	t.Run("GuestThreads", func(t *testing.T) {
 		out, _ := run("for s in /proc/1/task/*/status; do grep -E '^(Seccomp|NoNewPrivs|CapBnd|CapEff):' $s; done")

@@ -153,7 +153,9 @@ func setup() (net.Listener, error) {
 	// of them a wake-up that waits for a CPU when the sandbox's neighbours
 	// keep the CPUs busy. The runtime still hands the P to another thread
 	// during a long syscall, and dies when it cannot create one (a fork
-	// bomb at pids.max): reserveThreads keeps spare ones.
+	// bomb at pids.max): reserveThreads keeps spare ones. The host starts
+	// the guest with GOMAXPROCS=1 in its environment (no stop-the-world
+	// here then, and no threads started for other Ps).
 	goruntime.GOMAXPROCS(1)
 	// Anything beyond our protocol fds was leaked by the host: drop it
 	// before touching the filesystem.
