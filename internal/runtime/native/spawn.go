@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"syscall"
 	"time"
 
@@ -34,44 +33,6 @@ const (
 	guestPath  = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	guestProcs = "GOMAXPROCS=1"
 )
-
-// onGuestThread runs fork on a new OS thread limited by nsinit.LimitThread
-// to what a guest starts with (bounding set, ambient set, no_new_privs), and
-// then throws the thread away. The guest inherits the limits from the
-// thread that forks it: it never holds another capability, and setup has
-// no capabilities left to drop from every thread of the guest one
-// stop-the-world at a time (a fifth of a guest's start-up CPU when a dozen
-// creates share the host's cores). fork must fork on its calling thread,
-// as exec.Cmd.Start does, and must not start anything that forks later.
-func onGuestThread(fork func() error) error {
-	res := make(chan error, 1)
-	go forkLimited(fork, res)
-	return <-res
-}
-
-// forkLimited is onGuestThread's goroutine.
-func forkLimited(fork func() error, res chan<- error) {
-	// Never unlocked: the thread, limits and all, ends with this goroutine.
-	goruntime.LockOSThread()
-	if unix.Gettid() == unix.Getpid() {
-		// Except the main thread, which the runtime parks for good
-		// instead. Hold it while another goroutine, on another thread
-		// then, does the work; untouched, it can be given back.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			forkLimited(fork, res)
-		}()
-		<-done
-		goruntime.UnlockOSThread()
-		return
-	}
-	if err := nsinit.LimitThread(); err != nil {
-		res <- fmt.Errorf("limiting the forking thread: %w", err)
-		return
-	}
-	res <- fork()
-}
 
 // Create starts the sandbox's guest and returns once it reported that setup
 // succeeded (the socket then accepts connections). On error everything it
@@ -317,7 +278,7 @@ func spawnGuest(runnerDir string, uids, gids runtime.IDMap, lnFile, logFile *os.
 		ExtraFiles:  []*os.File{lnFile, cfgR, syncW}, // fds 3, 4, 5
 		SysProcAttr: attr,
 	}
-	if err := onGuestThread(cmd.Start); err != nil {
+	if err := cmd.Start(); err != nil {
 		closeParent()
 		return nil, fmt.Errorf("starting guest %s: %w", cmd.Path, err)
 	}

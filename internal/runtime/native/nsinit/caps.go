@@ -47,23 +47,18 @@ func lastCap() uintptr {
 	return unix.CAP_LAST_CAP
 }
 
-// SetupCaps are the capabilities setup needs beyond DefaultCaps (mounts,
+// setupCaps are the capabilities setup needs beyond DefaultCaps (mounts,
 // pivot_root, sethostname, unshare; bringing lo up). They are the last to be
 // dropped, after setup.
-const SetupCaps = 1<<unix.CAP_SYS_ADMIN | 1<<unix.CAP_NET_ADMIN
-
-// StartCapMask is the most a guest needs in its bounding set when it starts:
-// DefaultCaps and SetupCaps. A host that forks the guest from a thread
-// already limited to it (package native does) spares setup a
-// stop-the-world per other capability.
-func StartCapMask() uint64 { return DefaultCapMask() | SetupCaps }
+const setupCaps = 1<<unix.CAP_SYS_ADMIN | 1<<unix.CAP_NET_ADMIN
 
 // dropBounding removes every capability outside keep from the bounding set
 // of every thread. Each drop stops the world (AllThreadsSyscall), so
 // capabilities already gone (read on this thread: all threads share one
 // bounding set here) are skipped; dropEarly does most of the work before
-// the guest's config arrives, off the create path, and has none to do when
-// the host forked the guest with StartCapMask.
+// the guest's config arrives, off the create path. (A new user namespace
+// starts with a full bounding set whatever its creator's, so the host
+// cannot hand the guest a trimmed one.)
 func dropBounding(keep uint64) error {
 	last := lastCap()
 	for c := uintptr(0); c <= last; c++ {
@@ -80,19 +75,20 @@ func dropBounding(keep uint64) error {
 	return nil
 }
 
-// dropEarly trims the bounding set to StartCapMask and clears the ambient
-// set. It runs before the config is read, so a prespawned guest has done
-// it by the time a sandbox claims it.
+// dropEarly trims the bounding set to DefaultCaps plus setupCaps and
+// clears the ambient set. It runs before the config is read, so a
+// prespawned guest has done it by the time a sandbox claims it.
 func dropEarly() error {
-	if err := dropBounding(StartCapMask()); err != nil {
+	if err := dropBounding(DefaultCapMask() | setupCaps); err != nil {
 		return err
 	}
 	return clearAmbient()
 }
 
 // clearAmbient empties the ambient set of every thread, unless it is empty
-// on this one (and so on all: every thread here inherits it from the
-// first, and nothing else sets it).
+// on this one, and so on all: every thread here inherits it from the
+// first, and nothing else sets it. It always is in a guest (a new user
+// namespace starts with an empty one), which is spared two stop-the-worlds.
 func clearAmbient() error {
 	if ambientEmpty() {
 		return nil
@@ -147,43 +143,12 @@ func applySecurity() error {
 	if err := dropCapabilities(); err != nil {
 		return err
 	}
-	// Inherited, when the host forked the guest with it set; every thread
-	// here has it then.
-	if nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err != nil || nnp != 1 {
-		if _, _, e := syscallAllThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
-			return &SyscallError{Op: "prctl", Target: "PR_SET_NO_NEW_PRIVS", Err: e}
-		}
+	if _, _, e := syscallAllThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return &SyscallError{Op: "prctl", Target: "PR_SET_NO_NEW_PRIVS", Err: e}
 	}
 	// Non-dumpable: sandbox processes cannot open /proc/1/mem, /proc/1/fd/...
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return &SyscallError{Op: "prctl", Target: "PR_SET_DUMPABLE", Err: err}
 	}
 	return loadSeccomp()
-}
-
-// LimitThread limits the calling OS thread to what a guest starts with: a
-// bounding set of StartCapMask, an empty ambient set and no_new_privs. A
-// process forked on that thread inherits all three, so a host that forks
-// the guest there (package native does) leaves setup no stop-the-world
-// drops to make. The caller must have locked the goroutine to its thread
-// (runtime.LockOSThread) and must never unlock it, so that the thread ends
-// with the goroutine; it needs CAP_SETPCAP.
-func LimitThread() error {
-	keep := StartCapMask()
-	last := lastCap()
-	for c := uintptr(0); c <= last; c++ {
-		if keep&(1<<c) != 0 {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			return &SyscallError{Op: "prctl", Target: "PR_CAPBSET_DROP " + strconv.Itoa(int(c)), Err: err}
-		}
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-		return &SyscallError{Op: "prctl", Target: "PR_CAP_AMBIENT_CLEAR_ALL", Err: err}
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return &SyscallError{Op: "prctl", Target: "PR_SET_NO_NEW_PRIVS", Err: err}
-	}
-	return nil
 }
