@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runner"
+	"github.com/agentbox/agentbox/internal/runtime/native/forker"
 	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 	"github.com/agentbox/agentbox/internal/version"
 )
@@ -49,6 +50,14 @@ func guestCommand() *cobra.Command {
 				return guest.Serve(context.Background(), ln, guest.Options{VersionOf: v})
 			})
 			os.Exit(0)
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "fork",
+		Short: "Start guests for the daemon (its guests' forker; see package forker)",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			forker.Main()
 		},
 	})
 	for _, sub := range guestSubcommands {

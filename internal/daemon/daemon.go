@@ -110,7 +110,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	// Two guests are kept prespawned so a create skips the clone, the exec
 	// of the runner, its start-up and its move into a cgroup (see
 	// native.Prespawn); two, so back-to-back creates find one fully warm.
-	backend, err := native.New(native.Config{Logger: log, CgroupParent: cfg.CgroupParent, OwnParent: cfg.CgroupParent != "", CPUYield: cfg.CPUYieldOn(), Prespawn: &native.Prespawn{
+	backend, err := native.New(native.Config{Logger: log, CgroupParent: cfg.CgroupParent, OwnParent: cfg.CgroupParent != "", CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: &native.Prespawn{
 		Size:      2,
 		RunnerDir: runnerDir,
 		UIDMap:    ids,

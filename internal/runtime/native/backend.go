@@ -51,6 +51,12 @@ type Config struct {
 	// found CPU-bound are made SCHED_IDLE, and while any is, the parent
 	// yields to the host. Call Close to stop it.
 	CPUYield bool
+	// Forker is a binary that serves as the guests' forker (package
+	// forker) when run with ForkerArgs: a runner binary. Guests are then
+	// started from that small helper rather than forked from this process
+	// (see package forker for why). Empty: this process forks them. Call
+	// Close to stop the helper.
+	Forker string
 }
 
 // Backend is the native runtime.Backend. It holds no per-sandbox state
@@ -62,9 +68,10 @@ type Backend struct {
 	cgroupParent string
 	mode         string // cgroupMode(): "v1", "hybrid" or "v2"
 	log          *slog.Logger
-	pool         *zygotePool // nil without Prespawn
-	parentLock   *os.File    // held for the process's life when OwnParent
-	yield        *yielder    // nil unless Config.CPUYield and the kernel has cpu.idle
+	pool         *zygotePool  // nil without Prespawn
+	parentLock   *os.File     // held for the process's life when OwnParent
+	yield        *yielder     // nil unless Config.CPUYield and the kernel has cpu.idle
+	forker       *guestForker // nil without Config.Forker
 }
 
 var (
@@ -97,6 +104,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("native backend: no cgroup hierarchy: %w", errdefs.ErrFailedPrecondition)
 	}
 	b := &Backend{cgroupParent: cfg.CgroupParent, mode: mode, log: cfg.Logger.With("backend", Name)}
+	b.forker = newGuestForker(cfg.Forker, b.log)
 	if cfg.OwnParent {
 		var err error
 		if b.parentLock, err = lockParent(cfg.CgroupParent); err != nil {
@@ -118,7 +126,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.Prespawn != nil {
 		b.removeZygoteCgroups(context.Background())
-		pool, err := newZygotePool(*cfg.Prespawn, mode, cfg.CgroupParent, b.log)
+		pool, err := newZygotePool(*cfg.Prespawn, mode, cfg.CgroupParent, b.forker, b.log)
 		if err != nil {
 			b.yield.close()
 			return nil, err
@@ -128,11 +136,13 @@ func New(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// Close stops the prespawned guests and the CPU yield policy. Sandboxes
-// are not affected.
+// Close stops the prespawned guests, the CPU yield policy and the guests'
+// forker. Sandboxes are not affected.
 func (b *Backend) Close() error {
 	b.yield.close()
-	return b.pool.close()
+	err := b.pool.close()
+	b.forker.close()
+	return err
 }
 
 // Capabilities reports what the backend enforces.

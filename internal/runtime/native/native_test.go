@@ -1,6 +1,7 @@
 package native
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
@@ -78,6 +81,22 @@ func newBackendTB(t testing.TB) *Backend {
 func TestConformance(t *testing.T) {
 	testutil.Short(t)
 	runtimetest.Run(t, fixture(t))
+}
+
+// TestConformanceForker runs the suite with guests started through a
+// forker helper (the test guest run with ForkerArgs), as the daemon does.
+func TestConformanceForker(t *testing.T) {
+	testutil.Short(t)
+	f := fixture(t)
+	f.NewBackend = func(t *testing.T) runtime.Backend {
+		b, err := New(Config{CgroupParent: testCgroupParent, Logger: slog.New(slog.DiscardHandler), Forker: filepath.Join(f.RunnerDir, "agentbox")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	runtimetest.Run(t, f)
 }
 
 func readInt(t *testing.T, path string) int64 {
@@ -172,4 +191,81 @@ func TestProcStartTime(t *testing.T) {
 	if _, err := procStartTime(1 << 30); err == nil {
 		t.Error("procStartTime of a missing pid succeeded")
 	}
+}
+
+// TestForkerStartsGuests: with Config.Forker, guests (cold and prespawned)
+// are the helper's children, not this process's, and a helper killed
+// under the backend is replaced at the next create.
+func TestForkerStartsGuests(t *testing.T) {
+	testutil.Short(t)
+	f := fixture(t)
+	forkerPath := filepath.Join(f.RunnerDir, "agentbox")
+	parentOf := func(t *testing.T, pid int) (ppid int, cmdline string) {
+		t.Helper()
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+				ppid, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+		cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppid))
+		return ppid, strings.Join(strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00"), " ")
+	}
+	// create makes a sandbox on b and returns its guest's parent, having
+	// checked that it is a forker and that the guest serves.
+	create := func(t *testing.T, b *Backend, name string) int {
+		t.Helper()
+		sb := runtimetest.Create(t, b, runtimetest.NewSpec(t, runtimetest.NewID(name), f.Layer, f.RunnerDir))
+		pid := sb.(*sandbox).st.Pid
+		ppid, cmdline := parentOf(t, pid)
+		if ppid == os.Getpid() || !strings.HasSuffix(cmdline, "agentbox "+strings.Join(ForkerArgs, " ")) {
+			t.Fatalf("%s guest %d: parent %d %q; want the forker", name, pid, ppid, cmdline)
+		}
+		if out, code := runtimetest.MustExec(t, sb.SocketPath(), "echo ok"); code != 0 || strings.TrimSpace(out) != "ok" {
+			t.Fatalf("%s guest: exec = %q, %d", name, out, code)
+		}
+		return ppid
+	}
+
+	t.Run("Cold", func(t *testing.T) {
+		b, err := New(Config{CgroupParent: testCgroupParent, Logger: testLogger(), Forker: forkerPath})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		helper := create(t, b, "cold")
+		if err := unix.Kill(helper, unix.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if again := create(t, b, "again"); again == helper {
+			t.Fatalf("guest still from the killed helper %d", helper)
+		}
+	})
+	t.Run("Prespawned", func(t *testing.T) {
+		dir := runtimetest.TempDir(t)
+		b, err := New(Config{
+			CgroupParent: testCgroupParent,
+			Logger:       testLogger(),
+			Forker:       forkerPath,
+			Prespawn: &Prespawn{
+				Size: 1, RunnerDir: f.RunnerDir, UIDMap: runtimetest.TestIDMap, GIDMap: runtimetest.TestIDMap,
+				SocketDir: filepath.Join(dir, "sock"), LogDir: filepath.Join(dir, "log"),
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		zpid := waitZygote(t, b)
+		sb := runtimetest.Create(t, b, runtimetest.NewSpec(t, runtimetest.NewID("zyg"), f.Layer, f.RunnerDir))
+		if pid := sb.(*sandbox).st.Pid; pid != zpid {
+			t.Fatalf("guest %d is not the zygote %d", pid, zpid)
+		}
+		if ppid, cmdline := parentOf(t, zpid); !strings.HasSuffix(cmdline, "agentbox "+strings.Join(ForkerArgs, " ")) {
+			t.Fatalf("zygote %d: parent %d %q; want the forker", zpid, ppid, cmdline)
+		}
+	})
 }

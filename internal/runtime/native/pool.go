@@ -55,6 +55,7 @@ type zygotePool struct {
 	cfg          Prespawn
 	log          *slog.Logger
 	cgroupParent string
+	forker       *guestForker // nil: zygotes are forked by this process
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -70,7 +71,7 @@ const zygotePrefix = ".zygote-"
 // period, which a zygote pays in the background and a claim avoids by
 // renaming the zygote's cgroup. On pure v2 hosts a cold guest is born in its
 // cgroup (CLONE_INTO_CGROUP) and no pool is kept: it returns nil.
-func newZygotePool(cfg Prespawn, mode, cgroupParent string, log *slog.Logger) (*zygotePool, error) {
+func newZygotePool(cfg Prespawn, mode, cgroupParent string, forker *guestForker, log *slog.Logger) (*zygotePool, error) {
 	if mode == "v2" {
 		log.Debug("cgroup v2: guests are started cold, born in their cgroup")
 		return nil, nil
@@ -99,7 +100,7 @@ func newZygotePool(cfg Prespawn, mode, cgroupParent string, log *slog.Logger) (*
 	}
 	// (Their cgroups are removed by the backend before the pool starts:
 	// Backend.removeZygoteCgroups.)
-	p := &zygotePool{cfg: cfg, log: log, cgroupParent: cgroupParent}
+	p := &zygotePool{cfg: cfg, log: log, cgroupParent: cgroupParent, forker: forker}
 	go p.fill()
 	return p, nil
 }
@@ -229,7 +230,7 @@ func (p *zygotePool) spawn() (*zygote, error) {
 		return nil, err
 	}
 	z.cg = cg.(*cgroupV1)
-	g, err := spawnGuest(p.cfg.RunnerDir, p.cfg.UIDMap, p.cfg.GIDMap, lnFile, logFile, -1)
+	g, err := spawnGuest(p.forker, p.cfg.RunnerDir, p.cfg.UIDMap, p.cfg.GIDMap, lnFile, logFile, -1)
 	if err != nil {
 		_ = z.cg.delete()
 		_ = os.Remove(z.sockPath)

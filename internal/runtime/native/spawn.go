@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/native/forker"
 	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 )
 
@@ -98,7 +99,7 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 		}
 		undo.add(func() { _ = os.Remove(spec.SocketPath) })
-		g, err = startGuest(b.mode, spec, cg, lnFile)
+		g, err = startGuest(b.forker, b.mode, spec, cg, lnFile)
 		lnFile.Close()
 		if err != nil {
 			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
@@ -201,13 +202,13 @@ type guestProc struct {
 	pid   int
 	cfgW  *os.File // config pipe, parent end
 	syncR *os.File // sync pipe, parent end
-	done  chan struct{}
+	done  <-chan struct{}
 }
 
 // startGuest starts the runner binary cold in new namespaces with the
 // protocol fds of package nsinit (on cgroup v2 directly inside the sandbox's
-// cgroup), and reaps it in the background.
-func startGuest(mode string, spec runtime.Spec, cg cgroupManager, lnFile *os.File) (*guestProc, error) {
+// cgroup).
+func startGuest(f *guestForker, mode string, spec runtime.Spec, cg cgroupManager, lnFile *os.File) (*guestProc, error) {
 	logFile, err := os.OpenFile(filepath.Join(spec.StateDir, guestLogName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("guest log: %w", err)
@@ -222,15 +223,20 @@ func startGuest(mode string, spec runtime.Spec, cg cgroupManager, lnFile *os.Fil
 		}
 		defer unix.Close(cgfd)
 	}
-	return spawnGuest(spec.RunnerDir, spec.UIDMap, spec.GIDMap, lnFile, logFile, cgfd)
+	return spawnGuest(f, spec.RunnerDir, spec.UIDMap, spec.GIDMap, lnFile, logFile, cgfd)
 }
 
-// spawnGuest forks and execs the runner's "agentbox guest init" in new
-// user, mount, pid, uts, ipc, net and cgroup namespaces, as root of the new
-// user namespace. lnFile becomes fd 3, the config pipe fd 4 and the sync
-// pipe fd 5; stdout and stderr go to logFile. With cgfd >= 0 the guest is
-// born in that cgroup (v2). The guest blocks reading its config.
-func spawnGuest(runnerDir string, uids, gids runtime.IDMap, lnFile, logFile *os.File, cgfd int) (*guestProc, error) {
+// guestCloneflags are the namespaces a guest is started in.
+const guestCloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+	unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUSER
+
+// spawnGuest starts the runner's "agentbox guest init" in new user, mount,
+// pid, uts, ipc, net and cgroup namespaces, as root of the new user
+// namespace, through f (from this process when f is nil). lnFile becomes
+// fd 3, the config pipe fd 4 and the sync pipe fd 5; stdout and stderr go
+// to logFile. With cgfd >= 0 the guest is born in that cgroup (v2). The
+// guest blocks reading its config; its done channel closes when it exits.
+func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFile, logFile *os.File, cgfd int) (*guestProc, error) {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -251,43 +257,82 @@ func spawnGuest(runnerDir string, uids, gids runtime.IDMap, lnFile, logFile *os.
 	}
 	defer devnull.Close()
 
-	attr := &syscall.SysProcAttr{
-		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
-			unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUSER,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(uids.HostID), Size: int(uids.Size)}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(gids.HostID), Size: int(gids.Size)}},
+	path := filepath.Join(runnerDir, "agentbox")
+	req := forker.Request{
+		Path:                       path,
+		Args:                       []string{"agentbox", "guest", "init"},
+		Env:                        []string{guestPath, guestProcs},
+		Dir:                        "/",
+		Cloneflags:                 guestCloneflags,
+		UIDMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(uids.HostID), Size: int(uids.Size)}},
+		GIDMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(gids.HostID), Size: int(gids.Size)}},
 		GidMappingsEnableSetgroups: true,
 		Setsid:                     true,
 		// Become root of the new user namespace, so execve keeps the
 		// namespace's full capability set for nsinit's setup.
 		Credential: &syscall.Credential{Uid: 0, Gid: 0},
 		// No Pdeathsig: a sandbox survives its daemon's restart.
+		CgroupFD: cgfd >= 0,
 	}
-	if cgfd >= 0 {
-		attr.UseCgroupFD = true
-		attr.CgroupFD = cgfd
+	// fds 0-5, and the cgroup's last.
+	files := []*os.File{devnull, logFile, logFile, lnFile, cfgR, syncW}
+	var (
+		pid  int
+		done <-chan struct{}
+	)
+	if f != nil {
+		fds := make([]int, 0, len(files)+1)
+		for _, file := range files {
+			fds = append(fds, int(file.Fd()))
+		}
+		if cgfd >= 0 {
+			fds = append(fds, cgfd)
+		}
+		var pidfd int
+		if pid, pidfd, err = f.spawn(req, fds); err != nil {
+			closeParent()
+			return nil, fmt.Errorf("starting guest %s: %w", path, err)
+		}
+		if done, err = watchPidfd(pidfd); err != nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			closeParent()
+			return nil, fmt.Errorf("starting guest %s: %w", path, err)
+		}
+	} else {
+		attr := &syscall.SysProcAttr{
+			Cloneflags:                 req.Cloneflags,
+			UidMappings:                req.UIDMappings,
+			GidMappings:                req.GIDMappings,
+			GidMappingsEnableSetgroups: req.GidMappingsEnableSetgroups,
+			Setsid:                     req.Setsid,
+			Credential:                 req.Credential,
+			UseCgroupFD:                req.CgroupFD,
+			CgroupFD:                   cgfd,
+		}
+		cmd := &exec.Cmd{
+			Path:        path,
+			Args:        req.Args,
+			Env:         req.Env,
+			Dir:         req.Dir,
+			Stdin:       devnull,
+			Stdout:      logFile,
+			Stderr:      logFile,
+			ExtraFiles:  files[3:],
+			SysProcAttr: attr,
+		}
+		if err := cmd.Start(); err != nil {
+			closeParent()
+			return nil, fmt.Errorf("starting guest %s: %w", cmd.Path, err)
+		}
+		pid = cmd.Process.Pid
+		exited := make(chan struct{})
+		go func() {
+			_ = cmd.Wait()
+			close(exited)
+		}()
+		done = exited
 	}
-	cmd := &exec.Cmd{
-		Path:        filepath.Join(runnerDir, "agentbox"),
-		Args:        []string{"agentbox", "guest", "init"},
-		Env:         []string{guestPath, guestProcs},
-		Dir:         "/",
-		Stdin:       devnull,
-		Stdout:      logFile,
-		Stderr:      logFile,
-		ExtraFiles:  []*os.File{lnFile, cfgR, syncW}, // fds 3, 4, 5
-		SysProcAttr: attr,
-	}
-	if err := cmd.Start(); err != nil {
-		closeParent()
-		return nil, fmt.Errorf("starting guest %s: %w", cmd.Path, err)
-	}
-	g := &guestProc{pid: cmd.Process.Pid, cfgW: cfgW, syncR: syncR, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(g.done)
-	}()
-	return g, nil
+	return &guestProc{pid: pid, cfgW: cfgW, syncR: syncR, done: done}, nil
 }
 
 func (g *guestProc) sendConfig(spec runtime.Spec) error {

@@ -11,14 +11,20 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 
+	"github.com/agentbox/agentbox/internal/runtime/native/forker"
 	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 )
 
 func main() {
+	// As the backend's forker when run as one (native.ForkerArgs).
+	if len(os.Args) == 3 && os.Args[1] == "guest" && os.Args[2] == "fork" {
+		forker.Main()
+	}
 	nsinit.Main(serve)
 }
 
