@@ -172,6 +172,9 @@ func (m *Manager) buildBusybox(ctx context.Context) (layers.Layer, error) {
 		{"usr/sbin", 0o755}, {"etc", 0o755}, {"root", 0o700}, {"home", 0o755},
 		{"tmp", 0o777 | fs.ModeSticky}, {"var", 0o755}, {"var/tmp", 0o777 | fs.ModeSticky},
 		{"proc", 0o555}, {"sys", 0o555}, {"dev", 0o755}, {"run", 0o755},
+		// The runner's mount point: present below, so that no sandbox's
+		// upper dir gets a new inode for it.
+		{".agentbox", 0o755},
 	}
 	for _, d := range dirs {
 		p := filepath.Join(root, d.path)

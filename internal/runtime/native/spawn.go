@@ -26,7 +26,6 @@ const (
 	// teardownTimeout bounds the teardown of a failed Create.
 	teardownTimeout = 10 * time.Second
 	guestLogName    = "guest.log"
-	rootfsName      = "rootfs"
 	// guestPath and guestProcs are the only environment the guest starts
 	// with. The guest serves on one P (see nsinit.setup); set here, the Go
 	// runtime starts with one instead of changing to it with a
@@ -137,9 +136,11 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	return newSandbox(b, spec, cg, state{Pid: g.pid, StartTime: st, Cgroup: cgPath}, g.done), nil
 }
 
-// prepareStateDir makes spec.StateDir traversable by the sandbox's root
-// (the guest mounts the overlay on StateDir/rootfs from inside its user
-// namespace) and creates the mount point and the guest log.
+// prepareStateDir makes spec.StateDir traversable by the sandbox's root:
+// the guest mounts the overlay on StateDir itself, in its own mount
+// namespace (the host's view keeps the guest log and the rest). A mount
+// point of its own would be one more inode made and freed per sandbox, on
+// a filesystem where that is what creates cost (see docs/ARCHITECTURE.md).
 func prepareStateDir(spec runtime.Spec, undo *cleanupStack) error {
 	if _, err := os.Stat(spec.StateDir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(spec.StateDir, 0o711); err != nil {
@@ -152,11 +153,6 @@ func prepareStateDir(spec runtime.Spec, undo *cleanupStack) error {
 	if err := os.Chmod(spec.StateDir, 0o711); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	rootfs := filepath.Join(spec.StateDir, rootfsName)
-	if err := os.Mkdir(rootfs, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("creating rootfs mount point: %w", err)
-	}
-	undo.add(func() { _ = os.Remove(rootfs) })
 	undo.add(func() { _ = os.Remove(filepath.Join(spec.StateDir, guestLogName)) })
 	return nil
 }
@@ -342,7 +338,7 @@ func (g *guestProc) sendConfig(spec runtime.Spec) error {
 		UpperDir:  spec.UpperDir,
 		WorkDir:   spec.WorkDir,
 		RunnerDir: spec.RunnerDir,
-		Rootfs:    filepath.Join(spec.StateDir, rootfsName),
+		Rootfs:    spec.StateDir,
 		Hostname:  spec.Hostname,
 		OpenFiles: uint64(max(spec.Resources.OpenFiles, 0)),
 	}

@@ -49,7 +49,7 @@ type Config struct {
 	UpperDir  string   `json:"upper_dir"`
 	WorkDir   string   `json:"work_dir"`
 	RunnerDir string   `json:"runner_dir"` // bound read-only at /.agentbox
-	Rootfs    string   `json:"rootfs"`     // empty directory the overlay is mounted on
+	Rootfs    string   `json:"rootfs"`     // directory the overlay is mounted on (its contents stay the host's)
 	Hostname  string   `json:"hostname"`
 	// OpenFiles is RLIMIT_NOFILE of the guest and so of every process it
 	// starts (0: inherited).
