@@ -96,6 +96,15 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // --- a fake backend whose guests are the real guest server ---
 
+// TestMain removes the shared guest's socket dir, which outlives every test.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedGuestPath != "" {
+		os.RemoveAll(filepath.Dir(sharedGuestPath))
+	}
+	os.Exit(code)
+}
+
 // One guest.Serve per process: every fake sandbox's socket is proxied to it.
 var (
 	sharedGuestOnce sync.Once
