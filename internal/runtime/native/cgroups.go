@@ -365,8 +365,28 @@ func (c *cgroupV1) stats() (runtime.Stats, error) {
 	return s, nil
 }
 
+// delete removes the cgroup from every hierarchy. Its processes must be
+// gone (killAll). Each directory is removed with one rmdir: the library's
+// Delete first walks every hierarchy's directory (an lstat per control
+// file, a few hundred per sandbox) to look for processes. Anything rmdir
+// cannot do alone (sub-cgroups; a task still leaving) goes to the library.
 func (c *cgroupV1) delete() error {
 	c.ctr.close()
+	done := map[string]bool{} // co-mounted controllers share a dir
+	for _, dir := range c.dir {
+		if done[dir] {
+			continue
+		}
+		done[dir] = true
+		if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+			return c.deleteSlow()
+		}
+	}
+	return nil
+}
+
+// deleteSlow is the library's Delete, which retries and recurses.
+func (c *cgroupV1) deleteSlow() error {
 	if err := c.cg.Delete(); err != nil && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
 		return fmt.Errorf("deleting cgroup %s: %w", c.path, err)
 	}

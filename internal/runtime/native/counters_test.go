@@ -2,6 +2,7 @@ package native
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,5 +159,34 @@ func TestCountersRealCgroup(t *testing.T) {
 	}
 	if _, err := cg.stats(); err == nil {
 		t.Fatal("stats of a deleted cgroup succeeded")
+	}
+}
+
+// delete removes the cgroup from every hierarchy, with one rmdir each
+// normally and through the library when a hierarchy has a sub-cgroup.
+func TestCgroupDelete(t *testing.T) {
+	testutil.RequiresRoot(t)
+	mode := cgroupMode()
+	testutil.Requires(t, mode != "", "a cgroup hierarchy")
+	for _, sub := range []bool{false, true} {
+		path := fmt.Sprintf("/agentbox-test-delete-%s-%v", filepath.Base(t.TempDir()), sub)
+		cg, err := newCgroup(mode, path, runtime.Resources{PidsMax: 10, MemoryBytes: 64 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs := cg.dirs()
+		if sub {
+			if err := os.Mkdir(filepath.Join(dirs[0], "child"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cg.delete(); err != nil {
+			t.Fatalf("sub-cgroup %v: delete: %v", sub, err)
+		}
+		for _, d := range dirs {
+			if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("sub-cgroup %v: %s left (%v)", sub, d, err)
+			}
+		}
 	}
 }
