@@ -54,6 +54,8 @@ type Daemon struct {
 	pipe *pipelineAPI
 	// tenants is the tenant registry with its API (tenants.go).
 	tenants *tenantAPI
+	// gc runs layer collections after deletes (storage.go).
+	gc *collector
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -192,11 +194,12 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	handler := httpapi.New(service{mgr, pipe, tenants}, httpapi.Options{
+	gc := newCollector(mgr)
+	handler := httpapi.New(service{mgr, pipe, tenants, gc}, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
 	})
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants}, nil
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -218,7 +221,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			d.shutdown()
 			return fmt.Errorf("listening on %s: %w", d.cfg.TCPAddr, err)
 		}
-		tcpHandler := httpapi.New(service{d.manager, d.pipe, d.tenants}, httpapi.Options{
+		tcpHandler := httpapi.New(service{d.manager, d.pipe, d.tenants, d.gc}, httpapi.Options{
 			Logger:       d.log,
 			Version:      version.Version,
 			APIKeys:      d.cfg.APIKeys,
@@ -284,6 +287,7 @@ type service struct {
 	*sandbox.Manager
 	*pipelineAPI
 	*tenantAPI
+	gc *collector // background layer collections after deletes
 }
 
 var _ httpapi.Service = service{}

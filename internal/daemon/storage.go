@@ -3,7 +3,7 @@ package daemon
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -41,7 +41,7 @@ func (s service) DeleteSandbox(ctx context.Context, id string) error {
 	if err := s.Manager.DeleteSandbox(ctx, id); err != nil {
 		return err
 	}
-	collectSoon(s.Manager)
+	s.gc.trigger()
 	return nil
 }
 
@@ -50,28 +50,64 @@ func (s service) DeleteCheckpoint(ctx context.Context, cid string) error {
 	if err := s.Manager.DeleteCheckpoint(ctx, cid); err != nil {
 		return err
 	}
-	collectSoon(s.Manager)
+	s.gc.trigger()
 	return nil
 }
 
-// gcRunning keeps background collections from piling up; a trigger that
-// finds one running is covered by it or by the next.
-var gcRunning atomic.Bool
+// gcSpacing is the least time between the end of one background
+// collection and the start of the next: a burst of deletes is collected
+// in a few runs, not one per delete.
+const gcSpacing = 250 * time.Millisecond
 
-// collectSoon collects garbage in the background, sparing layers used in
-// the last sandbox.DefaultGCMinAge.
-func collectSoon(m *sandbox.Manager) {
-	if !gcRunning.CompareAndSwap(false, true) {
+// collector runs one Manager's background collections, sparing layers used
+// in the last sandbox.DefaultGCMinAge: one at a time, and a trigger that
+// comes during a run makes one more run after it, so no delete's garbage
+// waits for the next delete. Safe for concurrent use.
+type collector struct {
+	collect func(context.Context) error
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	running bool // a run is under way or about to start
+	again   bool // triggered during the run: run once more
+}
+
+func newCollector(m *sandbox.Manager) *collector {
+	return &collector{collect: func(ctx context.Context) error {
+		_, err := m.CollectGarbage(ctx, sandbox.DefaultGCMinAge)
+		return err
+	}}
+}
+
+// trigger asks for a collection soon; it never blocks.
+func (c *collector) trigger() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		c.again = true
 		return
 	}
-	go func() {
-		defer gcRunning.Store(false)
+	c.running = true
+	go c.run()
+}
+
+func (c *collector) run() {
+	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		if _, err := m.CollectGarbage(ctx, sandbox.DefaultGCMinAge); err != nil {
+		if err := c.collect(ctx); err != nil {
 			slog.Default().Warn("collecting layers", "err", err)
 		}
-	}()
+		cancel()
+		c.mu.Lock()
+		if !c.again {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		c.again = false
+		c.mu.Unlock()
+		time.Sleep(gcSpacing)
+	}
 }
 
 // collectAtStart runs once the sandboxes are recovered and before the API
