@@ -207,10 +207,18 @@ const boundsText = `
   bare (` + "`go test -bench ExecTrue ./internal/guest`" + `); the HTTP edge adds
   ≈0.3–0.4 ms. Both figures are very sensitive to load on a 2-core machine.
 - **Creates per second at concurrency 16** are bound by CPU: each create
-  costs ≈5 ms of daemon CPU and ≈10 ms in its guest (a fresh Go process:
-  exec and runtime start, the capability drops, each a stop-the-world
-  ` + "`AllThreadsSyscall`" + `, the mounts), so two cores give a little over 100 a
-  second, and anything else running on them takes its share off that. Sandbox records go to disk in group commits
+  costs ≈3 ms of daemon CPU and ≈10 ms in its guest (a fresh 26 MB Go
+  process: exec, page faults and package initialisers ≈2 ms, ≈25
+  capability drops each a stop-the-world ` + "`AllThreadsSyscall`" + `, the mounts)
+  and its fork (by the forker helper, not the daemon: see
+  docs/ARCHITECTURE.md), so two cores give about 140 a second, and
+  anything else running on them takes its share off that. On this
+  machine's journal-less ext4 an inode allocation scans past every inode
+  freed in the last minute or more in its block group (` + "`recently_deleted`" + `):
+  after a day of creates and deletes a ` + "`mkdir`" + ` costs 0.1–0.8 ms instead of
+  ≈25 µs, and a create allocates ten (sandbox, upper and work dirs, state
+  dir, socket, guest log, four in overlayfs' mount checks), so the figure
+  moves with what ran in the minutes before. Sandbox records go to disk in group commits
   (one transaction and fsync pair for every record that arrived during the
   previous commit), so sixteen concurrent creates do not queue for sixteen
   fsyncs.
