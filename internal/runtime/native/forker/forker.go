@@ -60,8 +60,12 @@ type reply struct {
 // maxFiles bounds the descriptors of one request.
 const maxFiles = 16
 
-// maxMessage bounds one request or reply.
-const maxMessage = 64 << 10
+// maxMessage bounds a request, maxReply a reply (a pid, or an error
+// message).
+const (
+	maxMessage = 64 << 10
+	maxReply   = 4 << 10
+)
 
 // Client is the caller's end of a helper. Safe for concurrent use; requests
 // are served one at a time.
@@ -135,7 +139,7 @@ func (c *Client) Spawn(req Request, fds []int) (pid, pidfd int, err error) {
 		c.closeLocked()
 		return 0, -1, fmt.Errorf("forker request: %w: %w", ErrClosed, err)
 	}
-	buf := make([]byte, maxMessage)
+	buf := make([]byte, maxReply)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := c.conn.ReadMsgUnix(buf, oob)
 	if err == nil && n == 0 {

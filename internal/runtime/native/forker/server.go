@@ -77,7 +77,11 @@ func serve(c *net.UnixConn) error {
 		}
 		closeAll(fds)
 		if err != nil {
-			r = reply{Error: err.Error()}
+			msg := err.Error()
+			if len(msg) > maxReply/8 { // JSON-escaped, it still fits
+				msg = msg[:maxReply/8]
+			}
+			r = reply{Error: msg}
 		}
 		b, _ := json.Marshal(r)
 		var rights []byte
