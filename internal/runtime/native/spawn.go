@@ -295,16 +295,6 @@ func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFi
 			return nil, fmt.Errorf("starting guest %s: %w", path, err)
 		}
 	} else {
-		attr := &syscall.SysProcAttr{
-			Cloneflags:                 req.Cloneflags,
-			UidMappings:                req.UIDMappings,
-			GidMappings:                req.GIDMappings,
-			GidMappingsEnableSetgroups: req.GidMappingsEnableSetgroups,
-			Setsid:                     req.Setsid,
-			Credential:                 req.Credential,
-			UseCgroupFD:                req.CgroupFD,
-			CgroupFD:                   cgfd,
-		}
 		cmd := &exec.Cmd{
 			Path:        path,
 			Args:        req.Args,
@@ -314,7 +304,7 @@ func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFi
 			Stdout:      logFile,
 			Stderr:      logFile,
 			ExtraFiles:  files[3:],
-			SysProcAttr: attr,
+			SysProcAttr: req.SysProcAttr(cgfd),
 		}
 		if err := cmd.Start(); err != nil {
 			closeParent()

@@ -50,6 +50,21 @@ type Request struct {
 	CgroupFD                   bool                   `json:"cgroup_fd,omitempty"`
 }
 
+// SysProcAttr is r's process attributes; with r.CgroupFD the process is
+// born in the cgroup of directory descriptor cgroupFD.
+func (r Request) SysProcAttr(cgroupFD int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Cloneflags:                 r.Cloneflags,
+		UidMappings:                r.UIDMappings,
+		GidMappings:                r.GIDMappings,
+		GidMappingsEnableSetgroups: r.GidMappingsEnableSetgroups,
+		Setsid:                     r.Setsid,
+		Credential:                 r.Credential,
+		UseCgroupFD:                r.CgroupFD,
+		CgroupFD:                   cgroupFD,
+	}
+}
+
 // reply is the helper's answer: the child's pid (with its pidfd attached)
 // or why it could not be started.
 type reply struct {

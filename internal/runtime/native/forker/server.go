@@ -105,23 +105,16 @@ func startChild(b []byte, fds []int) (int, int, error) {
 	if err := json.Unmarshal(b, &req); err != nil {
 		return 0, -1, fmt.Errorf("request: %w", err)
 	}
-	pidfd := -1
-	attr := &syscall.SysProcAttr{
-		Cloneflags:                 req.Cloneflags,
-		UidMappings:                req.UIDMappings,
-		GidMappings:                req.GIDMappings,
-		GidMappingsEnableSetgroups: req.GidMappingsEnableSetgroups,
-		Setsid:                     req.Setsid,
-		Credential:                 req.Credential,
-		PidFD:                      &pidfd,
-	}
+	cgroupFD := -1
 	if req.CgroupFD {
 		if len(fds) == 0 {
 			return 0, -1, fmt.Errorf("request: no cgroup descriptor")
 		}
-		attr.UseCgroupFD, attr.CgroupFD = true, fds[len(fds)-1]
-		fds = fds[:len(fds)-1]
+		cgroupFD, fds = fds[len(fds)-1], fds[:len(fds)-1]
 	}
+	pidfd := -1
+	attr := req.SysProcAttr(cgroupFD)
+	attr.PidFD = &pidfd
 	files := make([]uintptr, len(fds))
 	for i, fd := range fds {
 		files[i] = uintptr(fd)
