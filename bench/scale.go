@@ -239,10 +239,10 @@ func scaleLines(vals map[string]float64) []ratioLine {
 
 // noisyBlocks is how many blocks of idle and of loaded samples
 // measureNoisy alternates.
-const noisyBlocks = 5
+const noisyBlocks = 10
 
 // noisySamples is the least number of idle and of loaded samples.
-const noisySamples = 1000
+const noisySamples = 2000
 
 // measureNoisy times exec on one sandbox next to noisyNeighbours sandboxes
 // that are idle, then each running a busy loop. The two kinds of samples
@@ -290,7 +290,10 @@ func measureNoisy(ctx context.Context, b *bench, d *daemon, template string) (id
 		})
 	}
 	// A p99 of 200 samples is their second-largest: one stray tick
-	// decides it. A thousand (ten above the p99) make it a statistic.
+	// decides it. With a thousand (ten above the p99) the ratio of two
+	// p99s still ranged from 1.4 to 2.1 over ten runs of the same code,
+	// the idle p99 alone from 2.0 to 3.1 ms; two thousand (twenty above)
+	// halve the variance of each.
 	n := max(b.n, noisySamples)
 	per := (n + noisyBlocks - 1) / noisyBlocks
 	for blk := 0; blk < noisyBlocks; blk++ {
