@@ -35,7 +35,17 @@ var (
 	binErr  error
 )
 
-// agentboxBin returns the path of a static agentbox binary.
+// TestMain removes the binary agentboxBin built, which outlives every test.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" && os.Getenv("AGENTBOX_BIN") == "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// agentboxBin returns the path of a static agentbox binary: $AGENTBOX_BIN,
+// or one built into a temp dir (removed by TestMain).
 func agentboxBin(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
