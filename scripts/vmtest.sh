@@ -94,7 +94,6 @@ TESTS=(
 # CONFIG_XFS_QUOTA, and that must not pass unnoticed here).
 ALLOWED_SKIPS=(
 	TestNewRemovesPartialZygoteCgroups # zygote cgroups are kept on v1 hierarchies only
-	TestForkerStartsGuests/Prespawned  # no zygote pool on pure v2
 )
 # Kernel modules the tests need (their dependencies are added from
 # modules.dep). crc32c_generic: xfs and ext4 ask the crypto API for crc32c
