@@ -7,9 +7,9 @@
 # (scripts/vmtest.sh). Runs every step even after a failure and prints a
 # summary; exits non-zero when any step failed.
 #
-# Usage: sudo scripts/test.sh            all steps
-#        sudo scripts/test.sh unit race  only these steps
-# Steps: deps fmt vet staticcheck build unit race integration vm
+# Usage (as root): scripts/test.sh            all steps
+#                 scripts/test.sh unit race  only these steps
+# Steps: deps fmt vet staticcheck build unit race fuzz integration vm
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -21,7 +21,7 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 STATICCHECK_VERSION=v0.8.2 # staticcheck 2026.2.2, the newest that builds with Go 1.26
 export GOBIN="$ROOT/.cache/bin"
 
-ALL_STEPS=(deps fmt vet staticcheck build unit race integration vm)
+ALL_STEPS=(deps fmt vet staticcheck build unit race fuzz integration vm)
 STEPS=("$@")
 ((${#STEPS[@]} > 0)) || STEPS=("${ALL_STEPS[@]}")
 for s in "${STEPS[@]}"; do
@@ -114,6 +114,37 @@ race() {
 	AGENTBOX_TEST_STRICT=1 CGO_ENABLED=1 go test -race -short -count=1 -timeout 20m "${pkgs[@]}"
 }
 
+# Every fuzz target of the module (func FuzzXxx in a _test.go file), each for
+# FUZZTIME on top of its committed corpus (testdata/fuzz/FuzzXxx), one at a
+# time: go test -fuzz takes one target per run. A crasher fails the step and
+# is written to the package's testdata/fuzz, ready to commit as a
+# regression input.
+fuzz() {
+	local fuzztime=${FUZZTIME:-15s} pkg name failed=0 n=0
+	local -a targets=()
+	while IFS= read -r line; do
+		targets+=("$line")
+	done < <(grep -rl --include='*_test.go' -E '^func Fuzz[A-Z0-9_][A-Za-z0-9_]*\(' . |
+		grep -v -e '^./.cache/' -e '^./.git/' | sort |
+		while IFS= read -r f; do
+			sed -n -E 's/^func (Fuzz[A-Za-z0-9_]+)\(.*/\1/p' "$f" | while IFS= read -r fn; do
+				printf '%s %s\n' "./$(dirname "${f#./}")" "$fn"
+			done
+		done)
+	((${#targets[@]} > 0)) || { echo "no fuzz targets found"; return 1; }
+	for t in "${targets[@]}"; do
+		pkg=${t% *} name=${t#* }
+		n=$((n + 1))
+		echo "-- $name in $pkg for $fuzztime"
+		if ! go test -run='^$' -fuzz="^${name}\$" -fuzztime="$fuzztime" -fuzzminimizetime=2s "$pkg"; then
+			echo "FAIL: $name in $pkg"
+			failed=1
+		fi
+	done
+	echo "$n fuzz targets run for $fuzztime each"
+	return $failed
+}
+
 integration() {
 	[[ -x bin/agentbox ]] || { echo "bin/agentbox missing: the build step failed or was not run"; return 1; }
 	[[ -d test ]] || { echo "no ./test directory"; return 1; }
@@ -140,6 +171,7 @@ step staticcheck run_staticcheck
 step build build
 step unit unit
 step race race
+step fuzz fuzz
 step integration integration
 step vm vm
 
