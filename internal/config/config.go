@@ -80,8 +80,12 @@ type Config struct {
 	// Redacted.
 	APIKeys []string `json:"api_keys,omitempty"`
 	// AllowedHosts restricts the Host header on the TCP listener (DNS
-	// rebinding defence); empty allows any host.
+	// rebinding defence): "host" or "host:port" entries, "*" for any;
+	// empty allows IP literals and localhost only.
 	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+	// TCPEdge are the TCP listener's TLS, connection and rate limits
+	// (tcp.go).
+	TCPEdge
 
 	// UIDMapBase/UIDMapSize and GIDMapBase/GIDMapSize are the host id ranges
 	// sandboxes' user namespaces are mapped into.
@@ -156,6 +160,7 @@ func Default() *Config {
 			PidsMax:     1024,
 		},
 		SecretsKeyFile: DefaultSecretsKey,
+		TCPEdge:        TCPEdge{TCPRequestRate: DefaultTCPRequestRate, TCPRequestBurst: DefaultTCPRequestBurst},
 		LogLevel:       "info",
 		LogFormat:      "text",
 	}
@@ -248,6 +253,7 @@ func (c *Config) ApplyEnv() {
 		}
 	}
 	c.applyLimitsEnv()
+	c.applyTCPEnv()
 }
 
 // Validate reports every problem of c at once, joined, each wrapping
@@ -309,6 +315,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.validateLimits()...)
+	errs = append(errs, c.validateTCP()...)
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log format %q must be text or json", c.LogFormat)
 	}
