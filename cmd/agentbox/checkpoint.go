@@ -23,6 +23,7 @@ func rootGlobals(cmd *cobra.Command) *globals {
 	pf := cmd.Root().PersistentFlags()
 	g.host, _ = pf.GetString("host")
 	g.apiKey, _ = pf.GetString("api-key")
+	g.caCert, _ = pf.GetString("ca-cert")
 	g.json, _ = pf.GetBool("json")
 	return g
 }

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,6 +81,7 @@ func printError(w io.Writer, err error) {
 type globals struct {
 	host   string
 	apiKey string
+	caCert string
 	json   bool
 }
 
@@ -89,7 +91,15 @@ func (g *globals) client() (*agentbox.Client, error) {
 	if key == "" {
 		key = os.Getenv(agentbox.EnvAPIKey)
 	}
-	return agentbox.New(agentbox.WithHost(g.host), agentbox.WithAPIKey(key))
+	opts := []agentbox.Option{agentbox.WithHost(g.host), agentbox.WithAPIKey(key)}
+	if ca := cmp.Or(g.caCert, os.Getenv(agentbox.EnvCACert)); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("reading the CA certificates: %w", err)
+		}
+		opts = append(opts, agentbox.WithCACert(pem))
+	}
+	return agentbox.New(opts...)
 }
 
 // rootCmd builds the whole command tree.
@@ -108,6 +118,7 @@ func rootCmd() *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.host, "host", defHost, "daemon address: unix:///path.sock or http(s)://host:port (env "+agentbox.EnvHost+")")
 	pf.StringVar(&g.apiKey, "api-key", "", "API key for a TCP daemon (default from env "+agentbox.EnvAPIKey+")")
+	pf.StringVar(&g.caCert, "ca-cert", "", "PEM file of CA certificates an https daemon's certificate is verified against, instead of the system roots (default from env "+agentbox.EnvCACert+")")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of text")
 
 	root.AddCommand(

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/ratelimit"
 	"github.com/agentbox/agentbox/internal/runner"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/native"
@@ -216,10 +217,10 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.serveOn(ln, d.handler)
 	d.log.InfoContext(ctx, "agentbox daemon listening", "socket", d.cfg.SocketPath, "version", version.Version)
 	if d.cfg.TCPAddr != "" {
-		tln, err := net.Listen("tcp", d.cfg.TCPAddr)
+		tln, err := listenTCP(ctx, &d.cfg.TCPEdge, d.cfg.TCPAddr, d.log)
 		if err != nil {
 			d.shutdown()
-			return fmt.Errorf("listening on %s: %w", d.cfg.TCPAddr, err)
+			return err
 		}
 		tcpHandler := httpapi.New(service{d.manager, d.pipe, d.tenants, d.gc}, httpapi.Options{
 			Logger:       d.log,
@@ -228,15 +229,16 @@ func (d *Daemon) Start(ctx context.Context) error {
 			Tenants:      d.tenants.reg,
 			RequireAuth:  true,
 			AllowedHosts: d.cfg.AllowedHosts,
+			RateLimit:    ratelimit.New(d.cfg.TCPRequestRate, d.cfg.TCPRequestBurst),
 		})
 		d.serveOn(tln, tcpHandler)
-		d.log.InfoContext(ctx, "agentbox daemon listening", "tcp", tln.Addr().String())
+		d.log.InfoContext(ctx, "agentbox daemon listening", "tcp", tln.Addr().String(), "tls", d.cfg.TLS())
 	}
 	return nil
 }
 
 func (d *Daemon) serveOn(ln net.Listener, h http.Handler) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	srv := httpapi.NewHTTPServer(h, d.log)
 	d.mu.Lock()
 	d.listeners = append(d.listeners, ln)
 	d.servers = append(d.servers, srv)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/lazyregexp"
@@ -17,6 +18,10 @@ import (
 const (
 	maxPathBytes = 4096
 	maxPid       = 1 << 22 // Linux PID_MAX_LIMIT
+	// bodyReadTimeout bounds the reading of a JSON body (a client
+	// trickling one byte a second holds its connection no longer).
+	// Streamed bodies (uploads, stdin) have no such bound.
+	bodyReadTimeout = 30 * time.Second
 )
 
 var (
@@ -25,9 +30,18 @@ var (
 )
 
 // decodeJSON reads exactly one JSON value into v from a body of at most
-// MaxBodyBytes. Unknown fields, trailing data and (unless optional) an empty
-// body are invalid arguments; an oversized body is too large.
+// MaxBodyBytes within bodyReadTimeout. Unknown fields, trailing data and
+// (unless optional) an empty body are invalid arguments; an oversized body
+// is too large.
 func (h *handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	// The deadline is lifted again once the body is read: a read that
+	// fails after it (net/http's background read while the handler runs)
+	// would cancel the request, and exec streams its output for as long as
+	// the command lasts. Writers without deadlines (tests) are left alone.
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)) == nil {
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	}
 	body := http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"runtime/debug"
 	"slices"
@@ -49,10 +50,25 @@ type Options struct {
 	// RequireAuth demands "Authorization: Bearer <key>" on every route and
 	// rejects cross-origin browser requests. Set it for TCP listeners.
 	RequireAuth bool
-	// AllowedHosts, when set, are the only accepted Host header values
-	// ("host" matches any port, "host:port" only that port) and browser
-	// Origins. Checked only when RequireAuth is set.
+	// AllowedHosts are the accepted Host header values ("host" matches
+	// any port, "host:port" only that port; "*" accepts any host) and
+	// browser Origins. Empty accepts only IP literals and "localhost"
+	// (names no DNS rebinding can point at the daemon) and no Origin.
+	// Checked only when RequireAuth is set.
 	AllowedHosts []string
+	// RateLimit, when set, bounds the requests of each authenticated
+	// tenant (keyed by Principal.Tenant: all keys of a tenant share it); a
+	// request over it is answered 429 with Retry-After. Checked only when
+	// RequireAuth is set.
+	RateLimit RateLimiter
+}
+
+// RateLimiter decides whether one more request of key may be served now.
+// It must be safe for concurrent use.
+type RateLimiter interface {
+	// Allow reports whether a request of key may proceed; when it may
+	// not, retryAfter is how long until it would.
+	Allow(key string) (retryAfter time.Duration, ok bool)
 }
 
 // handler is the root http.Handler.
@@ -154,7 +170,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, rs))
 	rec := &recorder{ResponseWriter: w}
 	hdr := w.Header()
-	hdr.Set(api.VersionHeader, h.opts.Version)
+	if !h.opts.RequireAuth {
+		// On TCP the version is told only to authenticated callers.
+		hdr.Set(api.VersionHeader, h.opts.Version)
+	}
 	hdr.Set(api.RequestIDHeader, rs.id)
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Cache-Control", "no-store")
@@ -185,12 +204,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	p, who, err := h.checkAccess(r)
+	if errors.Is(err, errAnonymousHealth) {
+		writeJSON(rec, http.StatusOK, map[string]string{"status": "ok"})
+		return
+	}
 	if err != nil {
 		if errors.Is(err, errdefs.ErrUnauthenticated) {
 			rec.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
 		}
 		writeError(rec, r, err)
 		return
+	}
+	if h.opts.RequireAuth {
+		if err := h.admitAuthenticated(r, p); err != nil {
+			writeError(rec, r, err)
+			return
+		}
+		hdr.Set(api.VersionHeader, h.opts.Version)
 	}
 	ctx := context.WithValue(tenant.WithPrincipal(r.Context(), p), callerKey{}, who)
 	if h.opts.Tenants != nil {
@@ -261,7 +291,7 @@ func (h *handler) checkAccess(r *http.Request) (tenant.Principal, string, error)
 	if !h.opts.RequireAuth {
 		return tenant.Admin, callerUnixSocket, nil
 	}
-	if len(h.opts.AllowedHosts) > 0 && !hostAllowed(r.Host, h.opts.AllowedHosts) {
+	if !hostAllowed(r.Host, h.opts.AllowedHosts) {
 		return tenant.Principal{}, "", fmt.Errorf("host %q is not allowed: %w", r.Host, errdefs.ErrPermissionDenied)
 	}
 	// A browser page must not drive the API (DNS rebinding, CSRF): any
@@ -282,6 +312,9 @@ func (h *handler) checkAccess(r *http.Request) (tenant.Principal, string, error)
 		return tenant.Admin, "", nil
 	}
 	key, ok := bearer(r.Header.Get("Authorization"))
+	if !ok && r.Header.Get("Authorization") == "" && r.Method == http.MethodGet && r.URL.Path == "/v1/health" {
+		return tenant.Principal{}, "", errAnonymousHealth
+	}
 	if !ok {
 		return tenant.Principal{}, "", fmt.Errorf("missing bearer token: %w", errdefs.ErrUnauthenticated)
 	}
@@ -311,14 +344,22 @@ func bearer(h string) (string, bool) {
 }
 
 // hostAllowed reports whether hostport matches an allowed entry: "host"
-// matches any port, "host:port" only that port; comparison ignores case.
+// matches any port, "host:port" only that port, "*" anything; comparison
+// ignores case. An empty list allows IP literals and localhost.
 func hostAllowed(hostport string, allowed []string) bool {
 	host := hostport
 	if hst, _, err := net.SplitHostPort(hostport); err == nil {
 		host = hst
 	}
 	host = strings.Trim(host, "[]")
+	if len(allowed) == 0 {
+		_, err := netip.ParseAddr(host)
+		return err == nil || strings.EqualFold(host, "localhost")
+	}
 	for _, a := range allowed {
+		if a == "*" {
+			return true
+		}
 		if strings.EqualFold(a, hostport) {
 			return true
 		}

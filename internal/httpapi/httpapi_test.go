@@ -45,6 +45,12 @@ func newTestHandler(t testing.TB, svc Service, opts Options) (http.Handler, *syn
 	if opts.Version == "" {
 		opts.Version = "1.2.3"
 	}
+	if opts.RequireAuth && opts.AllowedHosts == nil {
+		// httptest requests carry Host example.com, which the default
+		// (IP literals and localhost) refuses; TestHostAndOrigin covers
+		// the default.
+		opts.AllowedHosts = []string{"example.com", "127.0.0.1"}
+	}
 	return New(svc, opts), logs
 }
 
@@ -441,9 +447,29 @@ func TestHostAndOrigin(t *testing.T) {
 			t.Errorf("host %q hdr %v: %d, want %d", tc.host, tc.hdr, got, tc.status)
 		}
 	}
-	// Without AllowedHosts any Host passes but any Origin is refused.
-	h2, _ := newTestHandler(t, &fakeService{}, Options{RequireAuth: true, APIKeys: []string{key}})
-	if rec := do(h2, "GET", "/v1/info", "", append([]string{"Origin", "http://example.com"}, auth...)...); rec.Code != 403 {
-		t.Fatalf("origin without allow list: %d", rec.Code)
+	// Without AllowedHosts only IP literals and localhost pass (no DNS
+	// name can be rebound onto them), and any Origin is refused.
+	h = New(&fakeService{}, Options{RequireAuth: true, APIKeys: []string{key}, Logger: slog.New(slog.DiscardHandler)})
+	for _, tc := range []struct {
+		host   string
+		hdr    []string
+		status int
+	}{
+		{"127.0.0.1:8080", auth, 200},
+		{"[::1]:8080", auth, 200},
+		{"10.1.2.3", auth, 200},
+		{"localhost:1", auth, 200},
+		{"example.com", auth, 403},
+		{"localhost.evil.example:8080", auth, 403},
+		{"127.0.0.1:8080", append([]string{"Origin", "http://127.0.0.1:8080"}, auth...), 403},
+	} {
+		if got := req(tc.host, tc.hdr...); got != tc.status {
+			t.Errorf("default: host %q hdr %v: %d, want %d", tc.host, tc.hdr, got, tc.status)
+		}
+	}
+	// "*" accepts any host.
+	h = New(&fakeService{}, Options{RequireAuth: true, APIKeys: []string{key}, AllowedHosts: []string{"*"}, Logger: slog.New(slog.DiscardHandler)})
+	if got := req("anything.example", auth...); got != 200 {
+		t.Errorf("allowed host *: %d", got)
 	}
 }

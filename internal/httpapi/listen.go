@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/connlimit"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
@@ -80,6 +81,36 @@ func (u *unixListener) Close() error {
 	return err
 }
 
+// Timeouts of the servers made by NewHTTPServer.
+const (
+	// ReadHeaderTimeout bounds the reading of a request's headers.
+	ReadHeaderTimeout = 10 * time.Second
+	// IdleTimeout closes a keep-alive connection idle for this long
+	// (unauthenticated ones much sooner: see internal/connlimit).
+	IdleTimeout = 2 * time.Minute
+	// MaxHeaderBytes bounds a request's headers.
+	MaxHeaderBytes = 64 << 10
+)
+
+// NewHTTPServer returns the http.Server for handler h: headers within
+// ReadHeaderTimeout and MaxHeaderBytes, idle connections closed after
+// IdleTimeout, JSON bodies read within bodyReadTimeout (decodeJSON). There
+// is deliberately no ReadTimeout or WriteTimeout: they would cut exec
+// output, file transfers and stdin streams, which last as long as the
+// command or the transfer. Each request's context carries its connection,
+// for connlimit.MarkAuthenticated. Errors of the server go to log at warn
+// level.
+func NewHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ConnContext:       connlimit.WithConn,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
 // Endpoint pairs a listener with the handler serving it (the unix socket
 // and TCP get handlers with different Options).
 type Endpoint struct {
@@ -105,14 +136,9 @@ func NewServer(log *slog.Logger, eps ...Endpoint) *Server {
 	base := context.WithValue(context.Background(), streamStopKey{}, streams)
 	s := &Server{log: log, stopStreams: stop}
 	for _, ep := range eps {
-		s.servers = append(s.servers, &http.Server{
-			Handler:           ep.Handler,
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-			MaxHeaderBytes:    64 << 10,
-			BaseContext:       func(net.Listener) context.Context { return base },
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		})
+		srv := NewHTTPServer(ep.Handler, log)
+		srv.BaseContext = func(net.Listener) context.Context { return base }
+		s.servers = append(s.servers, srv)
 		s.listeners = append(s.listeners, ep.Listener)
 	}
 	return s

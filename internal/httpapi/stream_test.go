@@ -361,7 +361,7 @@ func TestServerShutdownEndsStreams(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
-	if resp, err := http.Get("http://" + tl.Addr().String() + "/v1/health"); err != nil || resp.StatusCode != 401 {
+	if resp, err := http.Get("http://" + tl.Addr().String() + "/v1/info"); err != nil || resp.StatusCode != 401 {
 		t.Fatalf("tcp without key: %v %v", resp, err)
 	}
 	stream.events <- api.ExecEvent{Type: api.EventStarted, Pid: 1}

@@ -116,7 +116,7 @@ func TestOpenAPIUpgradeSchemas(t *testing.T) {
 func TestUpgradeByHostPathOnlyOnUnixSocket(t *testing.T) {
 	const key = "upgrade-test-key-0123456789"
 	f := &fakeService{}
-	h := New(f, Options{RequireAuth: true, APIKeys: []string{key}})
+	h := New(f, Options{RequireAuth: true, APIKeys: []string{key}, AllowedHosts: []string{"example.com"}})
 	for _, tc := range []struct {
 		body   string
 		status int

@@ -21,6 +21,8 @@ package agentbox
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +43,9 @@ const DefaultHost = "unix:///run/agentbox/agentbox.sock"
 const (
 	EnvHost   = "AGENTBOX_HOST"
 	EnvAPIKey = "AGENTBOX_API_KEY"
+	// EnvCACert names a PEM file of CA certificates that https hosts are
+	// verified against instead of the system roots.
+	EnvCACert = "AGENTBOX_CA_CERT"
 )
 
 // Client talks to one agentbox daemon. Create it with New or NewFromEnv.
@@ -58,6 +63,7 @@ type config struct {
 	host   string
 	apiKey string
 	hc     *http.Client
+	caPEM  []byte
 }
 
 // WithHost sets the daemon address: "unix:///path/to.sock",
@@ -66,6 +72,12 @@ func WithHost(host string) Option { return func(c *config) { c.host = host } }
 
 // WithAPIKey sets the bearer key sent on every request (required on TCP).
 func WithAPIKey(key string) Option { return func(c *config) { c.apiKey = key } }
+
+// WithCACert makes the client verify an https host's certificate against
+// the PEM CA certificates in pem instead of the system roots (for a daemon
+// serving a certificate of a private CA, or a self-signed one). It does not
+// apply with WithHTTPClient, whose transport is used as given.
+func WithCACert(pem []byte) Option { return func(c *config) { c.caPEM = pem } }
 
 // WithHTTPClient uses hc for every request. For a unix host whose hc has no
 // Transport, a copy of hc is given one that dials the socket. hc should have
@@ -117,15 +129,31 @@ func New(opts ...Option) (*Client, error) {
 	case socket != "":
 		c.hc = &http.Client{Transport: unixTransport(socket)}
 	default:
-		c.hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		if cfg.caPEM != nil {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(cfg.caPEM) {
+				return nil, fmt.Errorf("agentbox: CA certificates: no PEM certificate found")
+			}
+			t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		}
+		c.hc = &http.Client{Transport: t}
 	}
 	return c, nil
 }
 
-// NewFromEnv is New configured from AGENTBOX_HOST (default DefaultHost) and
-// AGENTBOX_API_KEY, followed by opts.
+// NewFromEnv is New configured from AGENTBOX_HOST (default DefaultHost),
+// AGENTBOX_API_KEY and AGENTBOX_CA_CERT (a PEM file, see WithCACert),
+// followed by opts.
 func NewFromEnv(opts ...Option) (*Client, error) {
 	base := []Option{WithHost(os.Getenv(EnvHost)), WithAPIKey(os.Getenv(EnvAPIKey))}
+	if path := os.Getenv(EnvCACert); path != "" {
+		pem, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("agentbox: reading %s: %w", EnvCACert, err)
+		}
+		base = append(base, WithCACert(pem))
+	}
 	return New(append(base, opts...)...)
 }
 
