@@ -82,6 +82,7 @@ type daemon struct {
 	cmd     *exec.Cmd
 	client  *agentbox.Client
 	args    []string // extra `agentbox serve` flags
+	wrap    []string // command the daemon is started under (e.g. prlimit ...)
 }
 
 func randHex(n int) string {
@@ -100,6 +101,14 @@ func newDaemon(t testing.TB) *daemon {
 // newDaemonWith is newDaemon with extra `agentbox serve` flags.
 func newDaemonWith(t testing.TB, args ...string) *daemon {
 	t.Helper()
+	return newDaemonWrapped(t, nil, args...)
+}
+
+// newDaemonWrapped is newDaemonWith with the daemon started under wrap, a
+// command that execs its arguments (e.g. "prlimit --nofile=1024:1024"),
+// so the daemon itself is the process the harness waits for.
+func newDaemonWrapped(t testing.TB, wrap []string, args ...string) *daemon {
+	t.Helper()
 	testutil.RequiresRoot(t)
 	dir := filepath.Join("/tmp", "abx-"+randHex(4))
 	// 0711: the sandboxes' mapped uid range must be able to traverse it
@@ -117,6 +126,7 @@ func newDaemonWith(t testing.TB, args ...string) *daemon {
 		socket:  filepath.Join(dir, "run", "agentbox.sock"),
 		logPath: filepath.Join(dir, "daemon.log"),
 		args:    args,
+		wrap:    wrap,
 	}
 	d.start()
 	t.Cleanup(func() {
@@ -197,7 +207,8 @@ func (d *daemon) start() {
 	}
 	defer logf.Close()
 	args := append([]string{"serve", "--data-dir", d.dataDir, "--socket", d.socket, "--log-level", "debug"}, d.args...)
-	cmd := exec.Command(agentboxBin(d.t), args...)
+	argv := append(append(append([]string(nil), d.wrap...), agentboxBin(d.t)), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Keep the test daemon's secrets key in its own dir, not in /etc.
