@@ -402,8 +402,10 @@ func (s *slowReader) Read(p []byte) (int, error) {
 
 // TestAdversarialTCPTimeoutsSpareStreams: the timeouts that cut idle and
 // slow unauthenticated clients never cut an authenticated stream: an exec
-// whose output comes after longer than the unauthenticated idle time, and
-// an upload trickling in over as long, both complete over TCP.
+// whose output comes after longer than the unauthenticated idle time, an
+// upload trickling in over as long, and a signed webhook delivery (no key:
+// the signature authenticates it) waiting for a run as long, all complete
+// over TCP.
 func TestAdversarialTCPTimeoutsSpareStreams(t *testing.T) {
 	d, addr, key := tcpDaemon(t)
 	sb := d.create(t, agentbox.SandboxSpec{})
@@ -423,5 +425,13 @@ func TestAdversarialTCPTimeoutsSpareStreams(t *testing.T) {
 		t.Errorf("upload over 14 s over TCP: %v", err)
 	} else if got := mustRun(t, sb, "cat /tmp/slow"); got != "abcdefg" {
 		t.Errorf("uploaded %q", got)
+	}
+	hk, err := d.client.CreateHook(ctx, agentbox.RunAction{Template: "busybox", Command: "sleep 13; echo hooked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, _ := agentbox.New(agentbox.WithHost("http://" + addr))
+	if run, err := anon.DeliverHook(ctx, hk.ID, hk.Secret, []byte("{}"), true); err != nil || string(run.Output) != "hooked\n" {
+		t.Errorf("signed delivery over TCP waiting 13 s for its run: %v %q", err, run.Output)
 	}
 }

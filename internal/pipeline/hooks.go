@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/connlimit"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenant"
@@ -215,6 +216,10 @@ func (h *Hooks) Invoke(ctx context.Context, id, timestamp, signature string, bod
 	if err != nil {
 		return api.Run{}, err
 	}
+	// The signature authenticates the delivery's connection: it is no
+	// longer cut short or evicted as an unauthenticated one while the run
+	// is waited for (internal/connlimit).
+	connlimit.MarkAuthenticated(ctx)
 	runCtx := context.WithoutCancel(ctx)
 	exe, err := h.p.startAction(runCtx, api.TriggerWebhook, "hook:"+id, hk.Tenant, hk.RunAction, map[string]string{api.HookIDEnv: id}, body)
 	if err != nil {
