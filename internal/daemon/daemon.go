@@ -29,6 +29,7 @@ import (
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/tenant"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -133,6 +134,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
+	// Quota admission is part of the Manager from its construction: the
+	// meters it reads are connected below, before recovery, the warm
+	// pools and the scheduler can create anything.
+	reg, err := tenant.Open(ctx, st, log)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir:         cfg.DataDir,
 		RunDir:          filepath.Dir(cfg.SocketPath),
@@ -152,6 +160,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		DiskQuotaErr: dqErr,
 		Version:      version.Version,
 		Logger:       log,
+		Quotas:       reg,
 	}, backend, nil, st)
 	if err != nil {
 		return nil, err
@@ -180,6 +189,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := setupEgress(cfg, mgr, sandbox.TenantSecrets{Store: secStore}, log); err != nil {
 		return nil, err
 	}
+	pipe, err := newPipeline(cfg, mgr, st, log)
+	if err != nil {
+		return nil, err
+	}
+	tenants := connectTenants(reg, mgr, pipe)
+	// Everything a run needs is wired from here on: sandboxes, runs and
+	// schedules may start.
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, err
 	}
@@ -187,12 +203,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := mgr.SetPools(ctx, cfg.WarmPools); err != nil {
 		return nil, err
 	}
-	pipe, err := setupPipeline(ctx, cfg, mgr, st, log)
-	if err != nil {
-		return nil, err
-	}
-	tenants, err := setupTenants(ctx, st, mgr, pipe, log)
-	if err != nil {
+	if err := pipe.start(ctx); err != nil {
 		return nil, err
 	}
 	gc := newCollector(mgr)

@@ -34,12 +34,13 @@ var (
 	_ httpapi.HookService     = service{}
 )
 
-// setupPipeline starts the execution pipeline, its schedules (applying
-// missed-run policies) and webhooks. It runs after Recover: missed runs
-// may need sandboxes. Webhook secrets are sealed with a key derived from
-// the master secrets key (read again from its file, created by
+// newPipeline builds the execution pipeline, its scheduler and webhooks
+// without starting anything: the daemon connects the tenants' quota
+// meters to it first (connectTenants), then starts it (start) once the
+// sandboxes are recovered. Webhook secrets are sealed with a key derived
+// from the master secrets key (read again from its file, created by
 // setupSecrets).
-func setupPipeline(ctx context.Context, cfg *config.Config, mgr *sandbox.Manager, st *store.Bolt, log *slog.Logger) (*pipelineAPI, error) {
+func newPipeline(cfg *config.Config, mgr *sandbox.Manager, st *store.Bolt, log *slog.Logger) (*pipelineAPI, error) {
 	p, err := pipeline.New(pipeline.Config{Sandboxes: mgr, Store: st, Logger: log})
 	if err != nil {
 		return nil, err
@@ -52,12 +53,18 @@ func setupPipeline(ctx context.Context, cfg *config.Config, mgr *sandbox.Manager
 	if err != nil {
 		return nil, err
 	}
-	p.ReapOrphans(ctx)
-	sched := pipeline.NewScheduler(p)
-	if err := sched.Start(ctx); err != nil {
-		return nil, fmt.Errorf("starting schedules: %w", err)
+	return &pipelineAPI{p: p, sched: pipeline.NewScheduler(p), hooks: hooks}, nil
+}
+
+// start deletes the sandboxes of runs no daemon saw end and starts the
+// schedules (applying missed-run policies). It runs after Recover: missed
+// runs may need sandboxes.
+func (x *pipelineAPI) start(ctx context.Context) error {
+	x.p.ReapOrphans(ctx)
+	if err := x.sched.Start(ctx); err != nil {
+		return fmt.Errorf("starting schedules: %w", err)
 	}
-	return &pipelineAPI{p: p, sched: sched, hooks: hooks}, nil
+	return nil
 }
 
 // close stops the scheduler and waits for finished run records still being

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -25,14 +24,12 @@ type tenantAPI struct {
 
 var _ httpapi.TenantService = service{}
 
-// setupTenants opens the tenant registry and connects its quotas: the
-// Manager counts sandboxes and disk (their limits, and the layers of
-// checkpoints and templates), the pipeline's run records meter CPU.
-func setupTenants(ctx context.Context, st *store.Bolt, mgr *sandbox.Manager, pipe *pipelineAPI, log *slog.Logger) (*tenantAPI, error) {
-	reg, err := tenant.Open(ctx, st, log)
-	if err != nil {
-		return nil, err
-	}
+// connectTenants connects the registry's quota meters: the Manager
+// counts sandboxes and disk (their limits, and the layers of checkpoints
+// and templates), the pipeline's run records meter CPU. The registry is
+// the Manager's quota admission from its construction (sandbox.Config);
+// this runs before anything is started.
+func connectTenants(reg *tenant.Registry, mgr *sandbox.Manager, pipe *pipelineAPI) *tenantAPI {
 	reg.SetMeters(tenant.Meters{
 		Holdings: mgr.Holdings,
 		Layers:   mgr.LayerBytes,
@@ -48,8 +45,7 @@ func setupTenants(ctx context.Context, st *store.Bolt, mgr *sandbox.Manager, pip
 			return sum, nil
 		},
 	})
-	mgr.SetQuotas(reg)
-	return &tenantAPI{reg: reg, mgr: mgr, pipe: pipe}, nil
+	return &tenantAPI{reg: reg, mgr: mgr, pipe: pipe}
 }
 
 // CreateTenant implements httpapi.TenantService.

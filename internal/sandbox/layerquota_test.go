@@ -73,7 +73,7 @@ func layerManager(t *testing.T) (*Manager, *fakeQuotas, layers.Layer) {
 		with, _ := m.LayerBytes(context.Background(), tn, []string{layer})
 		return n == with
 	}
-	m.SetQuotas(q)
+	m.cfg.Quotas = q
 	return m, q, base
 }
 

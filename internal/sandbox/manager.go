@@ -62,6 +62,12 @@ type Config struct {
 	// Clock drives idle policies and lifetimes (lifecycle.go); nil is the
 	// real clock. Tests inject a fake one.
 	Clock Clock
+	// Quotas admits new sandboxes, layers and runs against their
+	// tenant's quotas (tenancy.go); nil limits nothing. It is given at
+	// construction, not set later, so that nothing the Manager starts
+	// (recovery, warm pools, the daemon's scheduler) can run before
+	// admission is in place.
+	Quotas Quotas
 }
 
 // Manager creates, tracks, recovers and destroys sandboxes.
@@ -76,7 +82,6 @@ type Manager struct {
 	lc        lifecycleState
 	pools     poolState  // warm pools; see pool.go
 	lim       limitState // OOM reporting; see limits.go
-	quotas    quotaState // tenants' quotas; see tenancy.go
 
 	// mu guards the fields below.
 	mu        sync.Mutex

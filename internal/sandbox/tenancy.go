@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -39,25 +38,8 @@ type Quotas interface {
 	AdmitRun(ctx context.Context, tenant string) error
 }
 
-// quotaState holds the Manager's Quotas.
-type quotaState struct {
-	// mu guards q.
-	mu sync.Mutex
-	q  Quotas
-}
-
-// SetQuotas connects quota admission. Without it nothing is limited.
-func (m *Manager) SetQuotas(q Quotas) {
-	m.quotas.mu.Lock()
-	defer m.quotas.mu.Unlock()
-	m.quotas.q = q
-}
-
-func (m *Manager) quotaAdmission() Quotas {
-	m.quotas.mu.Lock()
-	defer m.quotas.mu.Unlock()
-	return m.quotas.q
-}
+// quotaAdmission is Config.Quotas (nil: nothing is limited).
+func (m *Manager) quotaAdmission() Quotas { return m.cfg.Quotas }
 
 func (m *Manager) admitSandboxes(ctx context.Context, owner string, n int, disk int64) (int64, func(), error) {
 	q := m.quotaAdmission()
