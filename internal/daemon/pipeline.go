@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/pipeline"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -63,6 +64,30 @@ func (x *pipelineAPI) start(ctx context.Context) error {
 	x.p.ReapOrphans(ctx)
 	if err := x.sched.Start(ctx); err != nil {
 		return fmt.Errorf("starting schedules: %w", err)
+	}
+	return nil
+}
+
+// deleteTriggers deletes the schedules and webhooks of the tenant of ctx
+// (tenant deletion).
+func (x *pipelineAPI) deleteTriggers(ctx context.Context) error {
+	scheds, err := x.sched.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range scheds {
+		if err := x.sched.Delete(ctx, s.ID); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+	}
+	hooks, err := x.hooks.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, h := range hooks {
+		if err := x.hooks.Delete(ctx, h.ID); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
 	}
 	return nil
 }

@@ -78,10 +78,14 @@ func (x *tenantAPI) UpdateTenant(ctx context.Context, id string, q api.Quotas) (
 	return x.reg.UpdateTenant(ctx, id, q)
 }
 
-// DeleteTenant implements httpapi.TenantService: a tenant that still owns
-// sandboxes, schedules or hooks (which would create sandboxes for it) is
-// not deleted (ErrConflict). Its checkpoints, templates and secrets stay,
-// visible to the admin.
+// DeleteTenant implements httpapi.TenantService. A tenant that still
+// owns sandboxes is not deleted (ErrConflict): its sandboxes are deleted
+// first, by the admin or the tenant. Otherwise everything it owns goes
+// with it, in this order: its schedules and webhooks (nothing starts runs
+// in its name any more), its keys (revoked; requests in flight end), its
+// checkpoints, templates and secrets, its run records, and the tenant.
+// A new tenant of the same name starts with nothing. A delete that fails
+// part-way leaves the tenant (keys revoked) and can be repeated.
 func (x *tenantAPI) DeleteTenant(ctx context.Context, id string) error {
 	if !x.reg.Exists(id) || id == api.AdminTenant {
 		return fmt.Errorf("tenant %s: %w", id, errdefs.ErrNotFound)
@@ -89,16 +93,20 @@ func (x *tenantAPI) DeleteTenant(ctx context.Context, id string) error {
 	if n, _ := x.mgr.Holdings(id); n > 0 {
 		return fmt.Errorf("tenant %s owns %d sandboxes; delete them first: %w", id, n, errdefs.ErrConflict)
 	}
+	ctx = context.WithoutCancel(ctx)
 	as := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: id, Scope: api.ScopeFull})
-	if scheds, err := x.pipe.sched.List(as); err != nil {
-		return err
-	} else if len(scheds) > 0 {
-		return fmt.Errorf("tenant %s owns %d schedules; delete them first: %w", id, len(scheds), errdefs.ErrConflict)
+	if err := x.pipe.deleteTriggers(as); err != nil {
+		return fmt.Errorf("deleting tenant %s: %w", id, err)
 	}
-	if hooks, err := x.pipe.hooks.List(as); err != nil {
-		return err
-	} else if len(hooks) > 0 {
-		return fmt.Errorf("tenant %s owns %d webhooks; delete them first: %w", id, len(hooks), errdefs.ErrConflict)
+	if err := x.reg.RevokeTenantKeys(ctx, id); err != nil {
+		return fmt.Errorf("deleting tenant %s: %w", id, err)
+	}
+	// Sandboxes created by a request that was in flight until now.
+	if err := x.mgr.PurgeTenant(ctx, id); err != nil {
+		return fmt.Errorf("deleting tenant %s: %w", id, err)
+	}
+	if err := x.pipe.p.ForgetTenant(ctx, id); err != nil {
+		return fmt.Errorf("deleting tenant %s: %w", id, err)
 	}
 	return x.reg.DeleteTenant(ctx, id)
 }

@@ -382,6 +382,26 @@ func (p *Pipeline) persist(id string) {
 // calls it when it shuts down.
 func (p *Pipeline) Flush() { p.writing.Wait() }
 
+// ForgetTenant deletes the run records of tenant (tenant deletion): the
+// stored ones and the finished ones not yet written. The caller makes
+// sure the tenant has no run under way (it owns no sandbox).
+func (p *Pipeline) ForgetTenant(ctx context.Context, tenant string) error {
+	p.Flush()
+	p.mu.Lock()
+	for id, r := range p.pending {
+		if r.Tenant == tenant && r.State != api.RunRunning {
+			delete(p.pending, id)
+		}
+	}
+	p.mu.Unlock()
+	n, err := p.st.DeleteRuns(ctx, store.RunFilter{Tenant: tenant})
+	if err != nil {
+		return err
+	}
+	p.log.InfoContext(ctx, "run records of a deleted tenant deleted", "tenant", tenant, "runs", n)
+	return nil
+}
+
 // Get returns the record of run id.
 func (p *Pipeline) Get(ctx context.Context, id string) (api.Run, error) {
 	p.mu.Lock()

@@ -228,3 +228,36 @@ func TestCorruptRecordSkipped(t *testing.T) {
 		t.Fatalf("Get corrupt: %v, want internal", err)
 	}
 }
+
+// DeleteRuns deletes exactly the records its filter matches, durably.
+func TestDeleteRuns(t *testing.T) {
+	b, path := openTemp(t)
+	ctx := context.Background()
+	var runs []api.Run
+	for i, tn := range []string{"acme", "beta", "acme", "", "acme"} {
+		runs = append(runs, api.Run{ID: fmt.Sprintf("run_%02d", i), Tenant: tn, Trigger: api.TriggerAPI, State: api.RunFinished})
+	}
+	if err := b.PutRuns(ctx, runs); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.DeleteRuns(ctx, RunFilter{Tenant: "acme"})
+	if err != nil || n != 3 {
+		t.Fatalf("DeleteRuns = %d, %v; want 3", n, err)
+	}
+	if n, err := b.DeleteRuns(ctx, RunFilter{Tenant: "acme"}); err != nil || n != 0 {
+		t.Fatalf("second DeleteRuns = %d, %v", n, err)
+	}
+	_ = b.Close()
+	b, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	left, err := b.ListRuns(ctx, RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 2 || left[0].ID != "run_03" || left[1].ID != "run_01" {
+		t.Errorf("left after reopening: %+v", left)
+	}
+}

@@ -36,6 +36,9 @@ type PipelineStore interface {
 	ListRuns(ctx context.Context, f RunFilter) ([]api.Run, error)
 	// PruneRuns deletes the oldest records beyond the newest keep.
 	PruneRuns(ctx context.Context, keep int) error
+	// DeleteRuns deletes every record matching f (Limit aside) in one
+	// durable commit and returns how many it deleted.
+	DeleteRuns(ctx context.Context, f RunFilter) (int, error)
 
 	PutSchedule(ctx context.Context, s api.Schedule) error
 	GetSchedule(ctx context.Context, id string) (api.Schedule, error)
@@ -291,6 +294,42 @@ func (b *Bolt) PruneRuns(ctx context.Context, keep int) error {
 		return fmt.Errorf("pruning runs: %w", wrapDB(err))
 	}
 	return nil
+}
+
+// DeleteRuns implements PipelineStore.
+func (b *Bolt) DeleteRuns(ctx context.Context, f RunFilter) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("deleting runs: %w", err)
+	}
+	n := 0
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketRuns)
+		if bk == nil {
+			return nil
+		}
+		var drop [][]byte
+		err := bk.ForEach(func(k, v []byte) error {
+			var r api.Run
+			if json.Unmarshal(v, &r) == nil && f.Match(r) {
+				drop = append(drop, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range drop {
+			if err := bk.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(drop)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("deleting runs: %w", wrapDB(err))
+	}
+	return n, nil
 }
 
 // PutSchedule implements PipelineStore.

@@ -175,6 +175,24 @@ func (r *Registry) UpdateTenant(ctx context.Context, id string, q api.Quotas) (a
 	return t, nil
 }
 
+// RevokeTenantKeys revokes every key of tenant id and ends the requests
+// in flight with them (RevokeKey), leaving the tenant: the first step of
+// deleting it, after which nothing new is made in its name through a key.
+func (r *Registry) RevokeTenantKeys(ctx context.Context, id string) error {
+	r.mu.Lock()
+	var reqs []map[*liveReq]struct{}
+	_, ok := r.tenants[id]
+	var err error
+	if !ok {
+		err = notFound(id)
+	} else {
+		err = r.revokeTenantKeysLocked(ctx, id, &reqs)
+	}
+	r.mu.Unlock()
+	cancelAll(reqs)
+	return err
+}
+
 // DeleteTenant revokes every key of tenant id and deletes it. The caller
 // makes sure the tenant owns nothing that must outlive it.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
@@ -185,11 +203,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	var reqs []map[*liveReq]struct{}
 	err := r.deleteTenantLocked(ctx, id, &reqs)
 	r.mu.Unlock()
-	for _, set := range reqs {
-		for lr := range set {
-			lr.cancel(ErrKeyRevoked)
-		}
-	}
+	cancelAll(reqs)
 	if err != nil {
 		return err
 	}
@@ -197,24 +211,41 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	return nil
 }
 
+func cancelAll(reqs []map[*liveReq]struct{}) {
+	for _, set := range reqs {
+		for lr := range set {
+			lr.cancel(ErrKeyRevoked)
+		}
+	}
+}
+
 func (r *Registry) deleteTenantLocked(ctx context.Context, id string, reqs *[]map[*liveReq]struct{}) error {
 	if _, ok := r.tenants[id]; !ok {
 		return notFound(id)
 	}
+	if err := r.revokeTenantKeysLocked(ctx, id, reqs); err != nil {
+		return err
+	}
+	if err := r.st.DeleteTenant(ctx, id); err != nil {
+		return err
+	}
+	delete(r.tenants, id)
+	return nil
+}
+
+// revokeTenantKeysLocked revokes the keys of tenant id that are not
+// revoked yet and adds their live requests to reqs.
+func (r *Registry) revokeTenantKeysLocked(ctx context.Context, id string, reqs *[]map[*liveReq]struct{}) error {
 	for kid, k := range r.keys {
 		if k.Key.Tenant != id || k.Key.RevokedAt != nil {
 			continue
 		}
 		set, err := r.revokeLocked(ctx, kid)
 		if err != nil {
-			return fmt.Errorf("deleting tenant %s: %w", id, err)
+			return fmt.Errorf("revoking the keys of tenant %s: %w", id, err)
 		}
 		*reqs = append(*reqs, set)
 	}
-	if err := r.st.DeleteTenant(ctx, id); err != nil {
-		return err
-	}
-	delete(r.tenants, id)
 	return nil
 }
 

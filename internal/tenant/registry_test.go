@@ -471,3 +471,34 @@ func TestStoreFailures(t *testing.T) {
 		t.Errorf("retried DeleteTenant = %v", err)
 	}
 }
+
+// RevokeTenantKeys revokes every key of one tenant and ends its requests
+// in flight, and leaves the tenant and other tenants' keys alone.
+func TestRevokeTenantKeys(t *testing.T) {
+	r, _ := newRegistry(t)
+	mustCreateTenant(t, r, "acme", api.Quotas{})
+	mustCreateTenant(t, r, "beta", api.Quotas{})
+	ka := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+	kb := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
+	pa, _ := r.Authenticate(ka.Key)
+	ctx, done := r.Track(t.Context(), pa)
+	defer done()
+	if err := r.RevokeTenantKeys(t.Context(), "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Authenticate(ka.Key); err == nil {
+		t.Error("a revoked tenant key still authenticates")
+	}
+	if ctx.Err() == nil {
+		t.Error("a request in flight with the revoked key goes on")
+	}
+	if _, err := r.Authenticate(kb.Key); err != nil {
+		t.Errorf("another tenant's key: %v", err)
+	}
+	if !r.Exists("acme") {
+		t.Error("RevokeTenantKeys deleted the tenant")
+	}
+	if err := r.RevokeTenantKeys(t.Context(), "nobody"); !errdefs.IsNotFound(err) {
+		t.Errorf("RevokeTenantKeys(unknown) = %v", err)
+	}
+}
