@@ -19,6 +19,10 @@ const (
 	RunRunning  = "running"
 	RunFinished = "finished" // the command exited (any exit code, signal or timeout)
 	RunFailed   = "failed"   // the command could not be started or its end was not seen
+	// RunLost: the daemon stopped during the run and the next one found
+	// its process gone without an exit status (its sandbox was deleted or
+	// restarted meanwhile).
+	RunLost = "lost"
 )
 
 // Run is the record of one command run through the pipeline.
@@ -33,7 +37,7 @@ type Run struct {
 	Sandbox  string   `json:"sandbox,omitempty"`
 	Cmd      []string `json:"cmd,omitempty"`
 	Command  string   `json:"command,omitempty"`
-	State    string   `json:"state"` // RunRunning, RunFinished, RunFailed
+	State    string   `json:"state"` // RunRunning, RunFinished, RunFailed, RunLost
 	ExitCode *int     `json:"exit_code,omitempty"`
 	Signal   string   `json:"signal,omitempty"`
 	TimedOut bool     `json:"timed_out,omitempty"`

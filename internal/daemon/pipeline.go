@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -27,6 +28,7 @@ type pipelineAPI struct {
 	p     *pipeline.Pipeline
 	sched *pipeline.Scheduler
 	hooks *pipeline.Hooks
+	log   *slog.Logger
 }
 
 var (
@@ -42,7 +44,7 @@ var (
 // from the master secrets key (read again from its file, created by
 // setupSecrets).
 func newPipeline(cfg *config.Config, mgr *sandbox.Manager, st *store.Bolt, log *slog.Logger) (*pipelineAPI, error) {
-	p, err := pipeline.New(pipeline.Config{Sandboxes: mgr, Store: st, Logger: log})
+	p, err := pipeline.New(pipeline.Config{Sandboxes: mgr, Store: st, Logger: log, JournalPath: filepath.Join(cfg.DataDir, "runs.journal")})
 	if err != nil {
 		return nil, err
 	}
@@ -54,13 +56,15 @@ func newPipeline(cfg *config.Config, mgr *sandbox.Manager, st *store.Bolt, log *
 	if err != nil {
 		return nil, err
 	}
-	return &pipelineAPI{p: p, sched: pipeline.NewScheduler(p), hooks: hooks}, nil
+	return &pipelineAPI{p: p, sched: pipeline.NewScheduler(p), hooks: hooks, log: log}, nil
 }
 
-// start deletes the sandboxes of runs no daemon saw end and starts the
-// schedules (applying missed-run policies). It runs after Recover: missed
-// runs may need sandboxes.
+// start reconciles the runs the previous daemon did not see end (the run
+// journal), deletes the sandboxes of runs nobody follows any more and
+// starts the schedules (applying missed-run policies). It runs after the
+// Manager's Recover: those runs' sandboxes must be known.
 func (x *pipelineAPI) start(ctx context.Context) error {
+	x.p.Recover(ctx)
 	x.p.ReapOrphans(ctx)
 	if err := x.sched.Start(ctx); err != nil {
 		return fmt.Errorf("starting schedules: %w", err)
@@ -97,7 +101,9 @@ func (x *pipelineAPI) deleteTriggers(ctx context.Context) error {
 func (x *pipelineAPI) close() {
 	if x != nil {
 		x.sched.Close()
-		x.p.Flush()
+		if err := x.p.Close(); err != nil {
+			x.log.Warn("closing the run journal", "err", err)
+		}
 	}
 }
 

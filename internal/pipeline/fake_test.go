@@ -113,8 +113,9 @@ type fakeSandboxes struct {
 	execs    []api.ExecRequest
 	burn     time.Duration
 	exitCode int
-	// hold, when set, blocks each exec stream before its exit until closed.
-	hold chan struct{}
+	// hold, when set, blocks each exec stream before its exit until closed;
+	// watchHold does the same for the streams of WatchProcess.
+	hold, watchHold chan struct{}
 }
 
 func newFakeSandboxes() *fakeSandboxes {
@@ -215,7 +216,7 @@ func (f *fakeSandboxes) WatchProcess(ctx context.Context, id string, pid int) (s
 	if _, ok := f.boxes[id]; !ok {
 		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	return &fakeStream{f: f, id: id, closed: make(chan struct{}), evs: []api.ExecEvent{{Type: api.EventExit, ExitCode: &code}}}, nil
+	return &fakeStream{f: f, id: id, hold: f.watchHold, closed: make(chan struct{}), evs: []api.ExecEvent{{Type: api.EventExit, ExitCode: &code}}}, nil
 }
 
 func (f *fakeSandboxes) SandboxStats(ctx context.Context, id string) (runtime.Stats, error) {

@@ -90,6 +90,12 @@ type Config struct {
 	SampleInterval time.Duration
 	// KeepRuns is how many run records are kept (default DefaultKeepRuns).
 	KeepRuns int
+	// JournalPath is the run journal (journal.go): every run is written
+	// to it as started before its command starts, so that a daemon
+	// killed during the run leaves it for the next one to reconcile
+	// (Recover). "" keeps no journal: runs in flight when the daemon
+	// stops have no record.
+	JournalPath string
 }
 
 // Pipeline executes runs and keeps their records. Safe for concurrent use.
@@ -103,6 +109,11 @@ type Pipeline struct {
 	writing sync.WaitGroup
 	// runs writes finished records in batches.
 	runs *runBatcher
+	// journal records runs as started before their command starts (nil:
+	// none); recovered are the runs a previous daemon left open in it,
+	// until Recover.
+	journal   *journal
+	recovered []openRun
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -132,11 +143,19 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.KeepRuns <= 0 {
 		cfg.KeepRuns = DefaultKeepRuns
 	}
-	return &Pipeline{
+	p := &Pipeline{
 		cfg: cfg, sbx: cfg.Sandboxes, st: cfg.Store, clk: cfg.Clock, log: cfg.Logger,
 		runs:    &runBatcher{st: cfg.Store, delay: runBatchDelay},
 		pending: map[string]*api.Run{},
-	}, nil
+	}
+	if cfg.JournalPath != "" {
+		j, open, err := openJournal(cfg.JournalPath)
+		if err != nil {
+			return nil, err
+		}
+		p.journal, p.recovered = j, open
+	}
+	return p, nil
 }
 
 // Run is one request to execute a command.
@@ -231,8 +250,17 @@ func (p *Pipeline) Execute(ctx context.Context, r Run) (*Execution, error) {
 	req.Env[api.RunIDEnv] = rec.ID
 	// Counters are sampled before the start when the sandbox is awake;
 	// a sleeping one is woken by the exec and sampled right after it.
-	rs.meter.sample(p.clk.Now(), p.stats(ctx, sbID))
+	statsAt, stats := p.clk.Now(), p.stats(ctx, sbID)
+	rs.meter.sample(statsAt, stats)
 	p.track(rec)
+	// Journaled before the command starts: a daemon killed from here on
+	// leaves the run for the next one to reconcile. Without the journal
+	// entry the run is not started: it would go unrecorded.
+	if err := p.journal.started(cloneRun(rec), ephemeral, r.KeepOutput, stats, statsAt); err != nil {
+		err = fmt.Errorf("run %s: %w: %w", rec.ID, err, errdefs.ErrUnavailable)
+		rs.fail(err)
+		return nil, err
+	}
 	exe := &Execution{ID: rec.ID, Sandbox: sbID}
 	ctx = sandbox.WithRunID(ctx, rec.ID)
 	if req.Background {
@@ -241,6 +269,7 @@ func (p *Pipeline) Execute(ctx context.Context, r Run) (*Execution, error) {
 			rs.fail(err)
 			return nil, err
 		}
+		rs.notePid(proc.Pid)
 		rs.started(ctx, sbID)
 		exe.Process = proc
 		go rs.follow(sbID, proc.Pid)
@@ -362,6 +391,9 @@ func (p *Pipeline) persist(id string) {
 		p.log.Error("storing run record", "run", id, "err", err)
 		return // kept in memory: readers still see it
 	}
+	if err := p.journal.ended(id); err != nil {
+		p.log.Warn("journaling the end of a run", "run", id, "err", err)
+	}
 	p.mu.Lock()
 	delete(p.pending, id)
 	p.writes++
@@ -378,9 +410,16 @@ func (p *Pipeline) persist(id string) {
 }
 
 // Flush waits until every finished record handed to the background writer
-// is on disk (or failed to be written and stays in memory). The daemon
-// calls it when it shuts down.
+// is on disk (or failed to be written and stays in memory).
 func (p *Pipeline) Flush() { p.writing.Wait() }
+
+// Close flushes the finished records and closes the run journal; runs
+// still under way stay open in it for the next daemon (Recover). The
+// daemon calls it when it shuts down.
+func (p *Pipeline) Close() error {
+	p.Flush()
+	return p.journal.close()
+}
 
 // ForgetTenant deletes the run records of tenant (tenant deletion): the
 // stored ones and the finished ones not yet written. The caller makes
@@ -497,6 +536,8 @@ type runState struct {
 	// done is closed when the record is finished.
 	done chan struct{}
 	once sync.Once
+	// pidOnce journals the run's process once.
+	pidOnce sync.Once
 
 	// mu guards meter (once started), output, finished and sampler.
 	mu       sync.Mutex
@@ -593,6 +634,8 @@ func (rs *runState) finish(exit *api.ExecEvent, cause error) {
 			rec.ExitCode, rec.Signal, rec.TimedOut = exit.ExitCode, exit.Signal, exit.TimedOut
 		case exit != nil && exit.Error != nil:
 			rec.State, rec.Error = api.RunFailed, exit.Error.Message
+		case errors.As(cause, new(lostError)):
+			rec.State, rec.Error = api.RunLost, cause.Error()
 		default:
 			rec.State = api.RunFailed
 			rec.Error = clientText(cause)
@@ -631,6 +674,12 @@ func (rs *runState) follow(sbID string, pid int) {
 		rs.finish(nil, fmt.Errorf("the end of the run was not seen: %w", err))
 		return
 	}
+	rs.followStream(s)
+}
+
+// followStream finishes the run with the exit event of s, the watch of
+// its process, and closes s.
+func (rs *runState) followStream(s sandbox.ExecStream) {
 	defer s.Close()
 	for {
 		ev, err := s.Next()
@@ -667,62 +716,6 @@ func (p *Pipeline) egressBytes(sbID, runID string, from, to time.Time) int64 {
 		}
 	}
 	return n
-}
-
-// recStream passes a run's events through and finishes its record when
-// the exit event passes (before the caller sees it, so a caller that saw
-// the exit finds the record finished).
-type recStream struct {
-	inner sandbox.ExecStream
-	rs    *runState
-
-	// mu guards pid and ended.
-	mu    sync.Mutex
-	pid   int
-	ended bool
-}
-
-// Next implements sandbox.ExecStream.
-func (s *recStream) Next() (api.ExecEvent, error) {
-	ev, err := s.inner.Next()
-	if err != nil {
-		return ev, err
-	}
-	switch ev.Type {
-	case api.EventStarted:
-		s.mu.Lock()
-		s.pid = ev.Pid
-		s.mu.Unlock()
-	case api.EventStdout, api.EventStderr:
-		s.rs.addOutput(ev.Data)
-	case api.EventExit, api.EventError:
-		s.mu.Lock()
-		s.ended = true
-		s.mu.Unlock()
-		s.rs.finish(&ev, nil)
-	}
-	return ev, nil
-}
-
-// Close implements sandbox.ExecStream: a caller that leaves before the
-// exit leaves the process running, and its run is finished when the
-// process exits.
-func (s *recStream) Close() error {
-	err := s.inner.Close()
-	s.mu.Lock()
-	ended, pid := s.ended, s.pid
-	s.ended = true
-	s.mu.Unlock()
-	if !ended {
-		go s.rs.follow(s.rs.sandboxID(), pid)
-	}
-	return err
-}
-
-func (rs *runState) sandboxID() string {
-	rs.p.mu.Lock()
-	defer rs.p.mu.Unlock()
-	return rs.rec.Sandbox
 }
 
 // clientText is the part of an error fit for a record: 4xx-category text
