@@ -174,7 +174,7 @@ unlimited. Creating, listing, changing and deleting tenants needs the admin
 	}
 	setQuotas.register(set)
 
-	rm := removeCommand("rm ID...", "Delete tenants that own no sandbox; their API keys are revoked", removeQuiet, (*agentbox.Client).DeleteTenant)
+	rm := removeCommand("rm ID...", "Delete tenants that own no sandbox, with their keys, schedules, webhooks, checkpoints, templates, secrets and runs", removeQuiet, (*agentbox.Client).DeleteTenant)
 
 	cmd.AddCommand(create, ls, inspect, set, rm)
 	return cmd
