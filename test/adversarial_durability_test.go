@@ -54,7 +54,7 @@ func TestAdversarialDurabilityExecSurvivesDaemonKill(t *testing.T) {
 	// background one.
 	long := make(chan error, 1)
 	go func() {
-		_, err := sb.Run(ctx, "sleep 6; exit 7")
+		_, err := sb.Run(ctx, "timeout 2 sh -c 'while :; do :; done'; sleep 4; exit 7")
 		long <- err
 	}()
 	if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", "sleep 1; exit 3"}}); err != nil {
@@ -112,12 +112,58 @@ func TestAdversarialDurabilityExecSurvivesDaemonKill(t *testing.T) {
 	if r.DurationSeconds < 5 {
 		t.Errorf("run %s ran about 6 s but its record says %.1f s", longID, r.DurationSeconds)
 	}
+	// Metered over the whole run, the outage included: it burnt up to
+	// 2 CPU-seconds before the daemon was killed.
+	if r.Usage.CPUSeconds < 0.5 {
+		t.Errorf("run %s burnt CPU for 2 s; its record charges %.2f CPU-seconds", longID, r.Usage.CPUSeconds)
+	}
 	// The recovered records are durable: another restart keeps them.
 	d.restart(syscall.SIGTERM)
 	for _, id := range []string{longID, shortID} {
 		if r, err := d.client.Run(ctx, id); err != nil || r.State != api.RunFinished {
 			t.Errorf("run %s after a second restart: %+v %v", id, r, err)
 		}
+	}
+}
+
+// TestAdversarialDurabilityRunLostWithItsSandbox kills the daemon during
+// a run, then, while no daemon runs, the run's sandbox (every process of
+// it, guest included: as an OOM kill or a host admin might). The next
+// daemon records the run as lost rather than leaving it without a record
+// or running forever.
+func TestAdversarialDurabilityRunLostWithItsSandbox(t *testing.T) {
+	d := newDaemon(t)
+	sb := d.create(t, agentbox.SandboxSpec{})
+	ctx := context.Background()
+	if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := d.client.Runs(ctx, agentbox.RunQuery{Sandbox: sb.ID()})
+	if err != nil || len(runs) != 1 || runs[0].State != api.RunRunning {
+		t.Fatalf("runs before the kill: %+v %v", runs, err)
+	}
+	id := runs[0].ID
+	d.stop(syscall.SIGKILL)
+	sbDir := filepath.Join(d.dataDir, "sandboxes", sb.ID())
+	pids := processesUsing(sbDir)
+	if len(pids) == 0 {
+		t.Fatalf("no process uses %s", sbDir)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(processesUsing(sbDir)) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sandbox's processes outlive SIGKILL: %v", processesUsing(sbDir))
+		}
+	}
+	d.start()
+	r, err := waitRun(t, d.client, id, 10*time.Second, func(r api.Run) bool { return r.State != api.RunRunning })
+	if err != nil {
+		t.Fatalf("the run whose sandbox died during the outage has no record: %v", err)
+	}
+	if r.State != api.RunLost || r.EndedAt == nil || r.Error == "" {
+		t.Fatalf("the run whose sandbox died during the outage: %+v, want lost", r)
 	}
 }
 
