@@ -97,6 +97,13 @@ func (r *Registry) AdmitLayer(ctx context.Context, tenant, layer string) (releas
 	}
 	unlock := r.lockDisk(tenant)
 	if unlock == nil {
+		r.mu.Lock()
+		t, ok := r.tenants[tenant]
+		unmetered := ok && t.Quotas.DiskBytes > 0 && r.quota.meters.Holdings == nil
+		r.mu.Unlock()
+		if unmetered {
+			return nil, errNotMetered(tenant)
+		}
 		return noop, nil
 	}
 	defer unlock()
@@ -107,8 +114,11 @@ func (r *Registry) AdmitLayer(ctx context.Context, tenant, layer string) (releas
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t, ok := r.tenants[tenant]
-	if !ok || t.Quotas.DiskBytes == 0 || r.quota.meters.Holdings == nil {
+	if !ok || t.Quotas.DiskBytes == 0 {
 		return noop, nil
+	}
+	if r.quota.meters.Holdings == nil {
+		return nil, errNotMetered(tenant)
 	}
 	_, heldDisk := r.quota.meters.Holdings(tenant)
 	if res := r.quota.pending[tenant]; res != nil {

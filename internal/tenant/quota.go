@@ -69,8 +69,9 @@ type cpuSample struct {
 	seconds   float64
 }
 
-// SetMeters connects the quota meters. Until it is called, quotas are not
-// enforced.
+// SetMeters connects the quota meters. Call it before anything is
+// admitted: until it is, the admission of a tenant that has a quota fails
+// closed (ErrUnavailable) rather than letting it past an unmetered quota.
 func (r *Registry) SetMeters(m Meters) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -89,6 +90,12 @@ func periodOf(q api.Quotas, now time.Time) (start, end time.Time) {
 	u := now.Unix()
 	start = time.Unix(u-((u%p)+p)%p, 0)
 	return start, start.Add(time.Duration(p) * time.Second)
+}
+
+// errNotMetered refuses an admission asked before the meters are
+// connected (SetMeters): a quota that cannot be measured admits nothing.
+func errNotMetered(tenant string) error {
+	return fmt.Errorf("tenant %s: quota meters are not connected yet: %w", tenant, errdefs.ErrUnavailable)
 }
 
 func exhausted(tenant, what string, after time.Duration) error {
@@ -124,12 +131,15 @@ func (r *Registry) AdmitSandboxes(ctx context.Context, tenant string, n int, dis
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t, ok := r.tenants[tenant]
-	if !ok || r.quota.meters.Holdings == nil {
+	if !ok {
 		return disk, noop, nil
 	}
 	q := t.Quotas
 	if q.MaxSandboxes == 0 && q.DiskBytes == 0 {
 		return disk, noop, nil
+	}
+	if r.quota.meters.Holdings == nil {
+		return 0, nil, errNotMetered(tenant)
 	}
 	held, heldDisk := r.quota.meters.Holdings(tenant)
 	res := r.quota.pending[tenant]
@@ -177,8 +187,11 @@ func (r *Registry) AdmitRun(ctx context.Context, tenant string) error {
 	t, ok := r.tenants[tenant]
 	cpuMeter := r.quota.meters.CPUSeconds
 	r.mu.Unlock()
-	if !ok || t.Quotas.CPUSeconds == 0 || cpuMeter == nil {
+	if !ok || t.Quotas.CPUSeconds == 0 {
 		return nil
+	}
+	if cpuMeter == nil {
+		return errNotMetered(tenant)
 	}
 	now := r.now()
 	start, end := periodOf(t.Quotas, now)

@@ -68,18 +68,38 @@ func wantExhausted(t *testing.T, err error) time.Duration {
 	return d
 }
 
-func TestQuotasNotEnforcedWithoutMeters(t *testing.T) {
+// Before the meters are connected a quota cannot be measured: admitting
+// anything against it fails closed (a daemon that wired them late let
+// start-up runs past the quota), while tenants without quotas and the
+// admin are admitted as always.
+func TestQuotasFailClosedWithoutMeters(t *testing.T) {
 	r, _ := newRegistry(t)
 	mustCreateTenant(t, r, "acme", api.Quotas{MaxSandboxes: 1, CPUSeconds: 1, DiskBytes: 1})
-	for range 3 {
-		disk, release, err := r.AdmitSandboxes(t.Context(), "acme", 2, 0)
-		if err != nil || disk != 0 {
-			t.Fatalf("AdmitSandboxes without meters = %d, %v", disk, err)
+	mustCreateTenant(t, r, "free", api.Quotas{})
+	if _, _, err := r.AdmitSandboxes(t.Context(), "acme", 1, 0); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("AdmitSandboxes without meters = %v, want ErrUnavailable", err)
+	}
+	if err := r.AdmitRun(t.Context(), "acme"); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("AdmitRun without meters = %v, want ErrUnavailable", err)
+	}
+	if _, err := r.AdmitLayer(t.Context(), "acme", "layer"); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("AdmitLayer without meters = %v, want ErrUnavailable", err)
+	}
+	for _, tn := range []string{"free", api.AdminTenant} {
+		_, release, err := r.AdmitSandboxes(t.Context(), tn, 2, 0)
+		if err != nil {
+			t.Fatalf("AdmitSandboxes(%s) without meters = %v", tn, err)
 		}
 		release()
-	}
-	if err := r.AdmitRun(t.Context(), "acme"); err != nil {
-		t.Errorf("AdmitRun without meters = %v", err)
+		if err := r.AdmitRun(t.Context(), tn); err != nil {
+			t.Errorf("AdmitRun(%s) without meters = %v", tn, err)
+		}
+		rel, err := r.AdmitLayer(t.Context(), tn, "layer")
+		if err != nil {
+			t.Errorf("AdmitLayer(%s) without meters = %v", tn, err)
+		} else {
+			rel()
+		}
 	}
 }
 
