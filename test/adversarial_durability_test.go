@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,7 +55,9 @@ func TestAdversarialDurabilityExecSurvivesDaemonKill(t *testing.T) {
 	// background one.
 	long := make(chan error, 1)
 	go func() {
-		_, err := sb.Run(ctx, "timeout 2 sh -c 'while :; do :; done'; sleep 4; exit 7")
+		// It burns CPU for up to 2 s, writes the CPU its children used
+		// (clock ticks, from /proc), and sleeps on.
+		_, err := sb.Run(ctx, "timeout 2 sh -c 'while :; do :; done'; set -- $(cat /proc/$$/stat); echo $((${16}+${17})) > /root/burnt; sleep 4; exit 7")
 		long <- err
 	}()
 	if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", "sleep 1; exit 3"}}); err != nil {
@@ -112,10 +115,21 @@ func TestAdversarialDurabilityExecSurvivesDaemonKill(t *testing.T) {
 	if r.DurationSeconds < 5 {
 		t.Errorf("run %s ran about 6 s but its record says %.1f s", longID, r.DurationSeconds)
 	}
-	// Metered over the whole run, the outage included: it burnt up to
-	// 2 CPU-seconds before the daemon was killed.
-	if r.Usage.CPUSeconds < 0.5 {
-		t.Errorf("run %s burnt CPU for 2 s; its record charges %.2f CPU-seconds", longID, r.Usage.CPUSeconds)
+	// Metered over the whole run, the outage included: the sandbox-wide
+	// charge covers at least what the command burnt (mostly while no
+	// daemon ran).
+	b, err := sb.ReadFile(ctx, "/root/burnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("burnt %q: %v", b, err)
+	}
+	if burnt := float64(ticks) / 100; r.Usage.CPUSeconds < 0.9*burnt {
+		t.Errorf("run %s burnt %.2f CPU-seconds; its record charges %.2f", longID, burnt, r.Usage.CPUSeconds)
+	} else {
+		t.Logf("run %s burnt %.2f CPU-seconds; its record charges %.2f", longID, burnt, r.Usage.CPUSeconds)
 	}
 	// The recovered records are durable: another restart keeps them.
 	d.restart(syscall.SIGTERM)
