@@ -2,13 +2,16 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
@@ -231,5 +234,63 @@ func TestJournalCompacts(t *testing.T) {
 	open := parseJournal(data)
 	if len(open) != 1 || open[0].start.ID != "run_keep" || open[0].pid != 9 {
 		t.Errorf("open runs after compaction: %+v", open)
+	}
+}
+
+// A run that cannot be journaled is not started: it would go unrecorded
+// if the daemon were killed during it.
+func TestExecuteRefusedWithoutJournal(t *testing.T) {
+	e, _ := journalEnv(t)
+	ctx := context.Background()
+	sb, _ := e.sbx.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err := e.p.journal.close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.p.Execute(ctx, Run{Trigger: api.TriggerAPI, SandboxID: sb.ID, Exec: api.ExecRequest{Cmd: []string{"true"}}})
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("Execute with a broken journal = %v, want ErrUnavailable", err)
+	}
+	if n := e.sbx.execCount(); n != 0 {
+		t.Fatalf("%d commands started without a journal entry", n)
+	}
+}
+
+// A run whose finished record reached the store just before the daemon
+// was killed (its end not journaled yet) is left as stored.
+func TestRecoverKeepsStoredRecord(t *testing.T) {
+	e, path := journalEnv(t)
+	ctx := context.Background()
+	sb, _ := e.sbx.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	e.sbx.exitCode = 3
+	exe, err := e.p.Execute(ctx, Run{Trigger: api.TriggerAPI, SandboxID: sb.ID, Exec: api.ExecRequest{Cmd: []string{"true"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, exe, nil)
+	e.p.Flush()
+	stored, err := e.st.GetRun(ctx, exe.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The end line is lost: the journal is cut back to before it.
+	data, _ := os.ReadFile(path)
+	lines := strings.SplitAfter(strings.TrimSuffix(string(data), "\n"), "\n")
+	if !strings.Contains(lines[len(lines)-1], `"end"`) {
+		t.Fatalf("last journal line %q", lines[len(lines)-1])
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines[:len(lines)-1], "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.sbx.exitCode = 9
+	p := e.newJournaled(t, path)
+	p.Recover(ctx)
+	p.Flush()
+	r, err := p.Get(ctx, exe.ID)
+	if err != nil || r.State != api.RunFinished || *r.ExitCode != 3 || !r.EndedAt.Equal(*stored.EndedAt) {
+		t.Fatalf("record after recovery %+v %v, want the stored one %+v", r, err, stored)
+	}
+	_ = p.Close()
+	if _, open, err := openJournal(path); err != nil || len(open) != 0 {
+		t.Fatalf("open runs: %+v %v", open, err)
 	}
 }
