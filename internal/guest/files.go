@@ -144,18 +144,11 @@ func (s *server) readFile(c *conn, req *proto.Request) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(path)
+	f, fi, err := openRegular(path)
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", path, err)
+		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("stat %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file: %w", path, errdefs.ErrInvalidArgument)
-	}
 	if err := proto.WriteJSONFrame(c.bw, proto.FrameResult, fileInfo(path, fi)); err != nil {
 		return err
 	}
@@ -193,8 +186,14 @@ func (s *server) writeFile(c *conn, req *proto.Request) error {
 			return fmt.Errorf("creating parents of %s: %w", path, err)
 		}
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory: %w", path, errdefs.ErrInvalidArgument)
+	// The new file replaces whatever is at path (a symlink itself, not its
+	// target) unless that is a directory or a special file, and never
+	// lands on a kernel pseudo filesystem.
+	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+		return notRegular(path, fi.Mode())
+	}
+	if err := checkFSPath(dir); err != nil {
+		return err
 	}
 	tmp, err := os.CreateTemp(dir, ".agentbox-write-*")
 	if err != nil {
