@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/tarcheck"
 )
 
 // Extraction rules, one per tar entry type (anything not listed is refused
@@ -35,9 +36,8 @@ import (
 //     carry no file and are ignored.
 //   - char/block devices ('3', '4'): refused; a sandbox gets its devices
 //     from the runtime, not from uploads.
-//   - sparse files (old-GNU 'S', PAX GNU.sparse.* 0.0/0.1/1.0): refused.
-//     archive/tar does not expose the sparse map, so extracting would
-//     write every hole as data (a 10 KiB archive becoming gigabytes).
+//   - sparse files (old-GNU 'S', PAX GNU.sparse.* 0.0/0.1/1.0): refused
+//     (see package tarcheck: extracting would write every hole as data).
 //   - anything else (GNU dumpdir 'D', multi-volume 'M', volume 'V', ...):
 //     refused.
 //
@@ -104,16 +104,12 @@ func checkEntryType(rel string, hdr *tar.Header) error {
 	refuse := func(why string) error {
 		return fmt.Errorf("tar entry %q: %s: %w", rel, why, errdefs.ErrInvalidArgument)
 	}
-	for k := range hdr.PAXRecords {
-		if strings.HasPrefix(k, "GNU.sparse.") {
-			return refuse("sparse files (PAX GNU.sparse) are not supported")
-		}
+	if tarcheck.Sparse(hdr) {
+		return tarcheck.ErrSparse(rel)
 	}
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeCont, tar.TypeDir, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
 		return nil
-	case tar.TypeGNUSparse:
-		return refuse("sparse files (GNU type 'S') are not supported")
 	case tar.TypeChar, tar.TypeBlock:
 		return refuse("device files are not extracted")
 	}
@@ -212,29 +208,6 @@ func (s *server) writeArchive(c *conn, req *proto.Request) error {
 	return c.reply(nil)
 }
 
-// checkRoom refuses an entry of size bytes when the filesystem of fd
-// (statfs, which reflects a sandbox's disk quota) lacks the blocks or a
-// free inode for it.
-func checkRoom(fd int, rel string, size int64) error {
-	var st unix.Statfs_t
-	if err := unix.Fstatfs(fd, &st); err != nil {
-		return fmt.Errorf("statfs for %q: %w", rel, err)
-	}
-	if st.Files > 0 && st.Ffree == 0 {
-		return fmt.Errorf("tar entry %q: no free inode left: %w", rel, errdefs.ErrResourceExhausted)
-	}
-	if size <= 0 || st.Bsize <= 0 {
-		return nil
-	}
-	// In blocks, rounded up, so no multiplication can overflow.
-	need := uint64(size-1)/uint64(st.Bsize) + 1
-	if need > st.Bavail {
-		return fmt.Errorf("tar entry %q declares %d bytes, %d are free: %w",
-			rel, size, st.Bavail*uint64(st.Bsize), errdefs.ErrResourceExhausted)
-	}
-	return nil
-}
-
 func extractEntry(rootFd int, rel string, hdr *tar.Header, r io.Reader, chown bool) error {
 	pfd, base, err := openParent(rootFd, rel)
 	if err != nil {
@@ -256,7 +229,7 @@ func extractEntry(rootFd int, rel string, hdr *tar.Header, r io.Reader, chown bo
 	if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeCont {
 		size = hdr.Size
 	}
-	if err := checkRoom(pfd, rel, size); err != nil {
+	if err := tarcheck.Room(pfd, rel, size, 0); err != nil {
 		return err
 	}
 	// Everything but a regular file (renamed over it) and a directory

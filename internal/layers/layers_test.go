@@ -20,8 +20,13 @@ var testIDs = runtime.IDMap{HostID: 100000, Size: 65536}
 
 func newStore(t *testing.T) *Store {
 	t.Helper()
+	return newStoreAt(t, filepath.Join(t.TempDir(), "layers"))
+}
+
+func newStoreAt(t testing.TB, dir string) *Store {
+	t.Helper()
 	testutil.RequiresRoot(t)
-	s, err := New(filepath.Join(t.TempDir(), "layers"), testIDs)
+	s, err := New(dir, testIDs)
 	if err != nil {
 		t.Fatal(err)
 	}

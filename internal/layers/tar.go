@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/tarcheck"
 )
 
 // ImportTar extracts the tar stream r (for example mmdebstrap's output) into
@@ -31,7 +32,13 @@ import (
 //     capabilities carrying the namespace root id; binaries relying on them,
 //     like ping, fall back or need root inside), ACLs and trusted.*/
 //     security.* xattrs (they carry host-level meaning), device nodes,
-//     fifos and sockets (the sandbox gets its /dev at run time).
+//     fifos and sockets (the sandbox gets its /dev at run time), PAX
+//     global headers.
+//   - Refused (errdefs.ErrInvalidArgument): sparse entries (old-GNU 'S',
+//     PAX GNU.sparse.*: see package tarcheck) and unknown entry types.
+//   - Room: before each entry the layer filesystem must have a free inode
+//     and room for the entry's declared size while keeping
+//     importReservePercent of it free (errdefs.ErrResourceExhausted).
 //   - Overlay whiteouts: a char device 0:0 entry stays a whiteout; the
 //     OCI/AUFS forms ".wh.NAME" and ".wh..wh..opq" are converted to a
 //     whiteout and to user.overlay.opaque=y.
@@ -82,6 +89,11 @@ func (s *Store) ImportTar(ctx context.Context, r io.Reader, opts CreateOptions) 
 	x.close()
 	return s.commit(ctx, dir, opts)
 }
+
+// importReservePercent of the layer filesystem stays free during an
+// import: an archive that needs more is refused before it fills the
+// daemon's disk.
+const importReservePercent = 5
 
 // extractor writes tar entries below one root directory fd.
 type extractor struct {
@@ -173,8 +185,18 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	if err != nil {
 		return err
 	}
+	if tarcheck.Sparse(hdr) {
+		return tarcheck.ErrSparse(hdr.Name)
+	}
 	perm := uint32(hdr.Mode) & 0o7777
 	typ := hdr.Typeflag
+	switch typ {
+	case tar.TypeXGlobalHeader:
+		return nil // archive-wide metadata, no file
+	case tar.TypeReg, tar.TypeCont, tar.TypeDir, tar.TypeSymlink, tar.TypeLink, tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+	default:
+		return fmt.Errorf("entry type %q is not supported: %w", typ, errdefs.ErrInvalidArgument)
+	}
 
 	base := path.Base(rel)
 	// OCI/AUFS whiteouts.
@@ -202,6 +224,15 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		return err
 	}
 	defer unix.Close(parent)
+	// Before writing: room for the entry, keeping a reserve so an import
+	// never fills the daemon's filesystem.
+	size := int64(0)
+	if typ == tar.TypeReg || typ == tar.TypeCont {
+		size = hdr.Size
+	}
+	if err := tarcheck.Room(parent, rel, size, importReservePercent); err != nil {
+		return err
+	}
 
 	switch typ {
 	case tar.TypeDir:
@@ -224,7 +255,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 			return &os.PathError{Op: "mkdirat", Path: rel, Err: err}
 		}
 		return x.setMeta(rel, uid, gid, perm, hdr, true)
-	case tar.TypeReg, tar.TypeGNUSparse: // archive/tar reports old TypeRegA entries as TypeReg
+	case tar.TypeReg, tar.TypeCont: // archive/tar reports old TypeRegA entries as TypeReg
 		if err := x.replace(parent, rel, base); err != nil {
 			return err
 		}
@@ -287,7 +318,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 			return &os.PathError{Op: "fchmodat", Path: rel, Err: err}
 		}
 		return setTime(parent, base, hdr.ModTime)
-	default: // block devices, fifos, unknown types
+	default: // block devices and fifos (unknown types were refused above)
 		x.s.log.Debug("skipping tar entry", "name", hdr.Name, "type", string(typ))
 		return nil
 	}
