@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/testutil/rawtar"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 	"github.com/agentbox/agentbox/sdk/go/agentboxtest"
 )
@@ -392,6 +393,28 @@ func TestParseHelpers(t *testing.T) {
 	} {
 		if got := parseCpArg(in); got != want {
 			t.Errorf("parseCpArg(%q) = %+v, want %+v", in, got, want)
+		}
+	}
+}
+
+// A downloaded archive comes from inside a sandbox: a sparse entry (which
+// would be written at its full logical size), an unknown type or a file
+// larger than the disk are refused, and nothing is written.
+func TestExtractTarRefusesHostile(t *testing.T) {
+	x := []byte("x")
+	one := func(e rawtar.Entry) []byte { var b rawtar.Builder; return b.Add(e).Bytes() }
+	for name, b := range map[string][]byte{
+		"pax sparse": rawtar.PAXSparse1("f", 2<<30, x),
+		"old sparse": rawtar.OldGNUSparse("f", 2<<30, x),
+		"unknown":    one(rawtar.Entry{Name: "f", Typeflag: 'Z'}),
+		"1 PiB":      one(rawtar.Entry{Name: "f", Typeflag: '0', Size: 1 << 50, Data: x}),
+	} {
+		dir := t.TempDir()
+		if err := extractTar(bytes.NewReader(b), dir); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("%s: wrote %v", name, ents)
 		}
 	}
 }

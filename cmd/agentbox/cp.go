@@ -13,8 +13,10 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/tarcheck"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
@@ -168,13 +170,21 @@ func downloadDir(ctx context.Context, sb *agentbox.Sandbox, src, target string) 
 // extractTar extracts the archive r under dir. The archive comes from inside
 // a sandbox and is untrusted: every write goes through an os.Root, so no
 // entry name or symlink can reach outside dir; setuid/setgid bits are
-// dropped; devices and hard links are skipped.
+// dropped; devices, FIFOs, hard links and PAX global headers are skipped;
+// sparse entries and unknown types are refused (tarcheck: a sparse entry
+// would be written at its full logical size); each entry must fit in the
+// room left on the destination filesystem before it is written.
 func extractTar(r io.Reader, dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
+	dirFd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dirFd)
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -191,6 +201,22 @@ func extractTar(r io.Reader, dir string) error {
 		if !fs.ValidPath(name) {
 			return fmt.Errorf("archive entry %q escapes the destination", h.Name)
 		}
+		if tarcheck.Sparse(h) {
+			return tarcheck.ErrSparse(h.Name)
+		}
+		size := int64(0)
+		switch h.Typeflag {
+		case tar.TypeReg, tar.TypeCont:
+			size = h.Size
+		case tar.TypeDir, tar.TypeSymlink:
+		case tar.TypeLink, tar.TypeChar, tar.TypeBlock, tar.TypeFifo, tar.TypeXGlobalHeader:
+			continue
+		default:
+			return fmt.Errorf("archive entry %q has unsupported type %q", h.Name, h.Typeflag)
+		}
+		if err := tarcheck.Room(dirFd, h.Name, size, 0); err != nil {
+			return err
+		}
 		perm := fs.FileMode(h.Mode).Perm()
 		if dirName := path.Dir(name); dirName != "." {
 			if err := root.MkdirAll(dirName, 0o755); err != nil {
@@ -202,7 +228,7 @@ func extractTar(r io.Reader, dir string) error {
 			if err := root.MkdirAll(name, perm|0o700); err != nil {
 				return err
 			}
-		case tar.TypeReg:
+		case tar.TypeReg, tar.TypeCont:
 			f, err := root.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
 			if err != nil {
 				return err

@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/tarcheck"
 )
 
 // Non-distributable layer media types are deprecated for producers, but
@@ -64,10 +65,24 @@ func ImportArchive(ctx context.Context, ls *layers.Store, r io.Reader) (Result, 
 	return ImportLayout(ctx, ls, spool)
 }
 
+// unpackReservePercent of the spool's filesystem (the daemon's data dir)
+// stays free while an archive is unpacked.
+const unpackReservePercent = 5
+
 // unpack extracts the regular files, directories and symlinks of the tar
 // stream r under dir. Names must stay inside dir; symlinks are kept as they
-// are and only ever resolved beneath dir (see openBeneath).
+// are and only ever resolved beneath dir (see openBeneath). PAX global
+// headers are ignored; every other entry type (sparse files, links,
+// devices, FIFOs, unknown) is refused with errdefs.ErrInvalidArgument, as
+// nothing else belongs in an image archive. Before each entry the
+// filesystem must have room for it, keeping unpackReservePercent free
+// (errdefs.ErrResourceExhausted).
 func unpack(ctx context.Context, r io.Reader, dir string) error {
+	dirFd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dirFd)
 	br := bufio.NewReader(r)
 	var src io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -91,11 +106,25 @@ func unpack(ctx context.Context, r io.Reader, dir string) error {
 			return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 		}
 		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
-		if name == "." {
+		if name == "." || hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
 		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
 			return fmt.Errorf("entry %q leaves the archive: %w", hdr.Name, errdefs.ErrInvalidArgument)
+		}
+		if tarcheck.Sparse(hdr) {
+			return tarcheck.ErrSparse(hdr.Name)
+		}
+		size := int64(0)
+		switch hdr.Typeflag {
+		case tar.TypeReg, tar.TypeCont:
+			size = hdr.Size
+		case tar.TypeDir, tar.TypeSymlink:
+		default:
+			return fmt.Errorf("entry %q of type %q does not belong in an image archive: %w", hdr.Name, hdr.Typeflag, errdefs.ErrInvalidArgument)
+		}
+		if err := tarcheck.Room(dirFd, hdr.Name, size, unpackReservePercent); err != nil {
+			return err
 		}
 		target := filepath.Join(dir, filepath.FromSlash(name))
 		// Parents are created by us (never symlinks: those are only
@@ -108,7 +137,7 @@ func unpack(ctx context.Context, r io.Reader, dir string) error {
 			if err := os.Mkdir(target, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 				return err
 			}
-		case tar.TypeReg:
+		case tar.TypeReg, tar.TypeCont:
 			_ = os.Remove(target)
 			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 			if err != nil {
@@ -126,8 +155,6 @@ func unpack(ctx context.Context, r io.Reader, dir string) error {
 			if err := os.Symlink(hdr.Linkname, target); err != nil {
 				return err
 			}
-		default:
-			// Nothing else belongs in an image archive.
 		}
 	}
 }

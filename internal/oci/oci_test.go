@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/rawtar"
 )
 
 var testIDs = runtime.IDMap{HostID: 100000, Size: 65536}
@@ -351,5 +352,25 @@ func TestImportRejects(t *testing.T) {
 	}
 	if _, err := ImportLayout(ctx, s, t.TempDir()); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("empty dir: err = %v", err)
+	}
+	// Sparse, device, link and unknown entries are refused (a sparse
+	// entry used to be spooled at its full logical size); an entry
+	// declaring more than the disk holds is refused before writing.
+	x := []byte("x")
+	one := func(e rawtar.Entry) []byte { var b rawtar.Builder; return b.Add(e).Bytes() }
+	for name, tc := range map[string]struct {
+		tar []byte
+		is  error
+	}{
+		"pax sparse": {rawtar.PAXSparse1("blob", 2<<30, x), errdefs.ErrInvalidArgument},
+		"old sparse": {rawtar.OldGNUSparse("blob", 2<<30, x), errdefs.ErrInvalidArgument},
+		"device":     {one(rawtar.Entry{Name: "null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3}), errdefs.ErrInvalidArgument},
+		"hard link":  {one(rawtar.Entry{Name: "h", Typeflag: tar.TypeLink, Linkname: "index.json"}), errdefs.ErrInvalidArgument},
+		"unknown":    {one(rawtar.Entry{Name: "u", Typeflag: 'Z'}), errdefs.ErrInvalidArgument},
+		"1 PiB":      {one(rawtar.Entry{Name: "blob", Typeflag: '0', Size: 1 << 50, Data: x}), errdefs.ErrResourceExhausted},
+	} {
+		if _, err := ImportArchive(ctx, s, bytes.NewReader(tc.tar)); !errors.Is(err, tc.is) {
+			t.Errorf("%s: err = %v, want %v", name, err, tc.is)
+		}
 	}
 }
