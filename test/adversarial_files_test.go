@@ -268,6 +268,27 @@ func TestAdversarialArchiveExtract(t *testing.T) {
 		}
 		noFile(tc.name, dir)
 	}
+	// Many honest files that together overflow the disk: 429 at the
+	// first that does not fit; every file left is complete, no temporary
+	// file is left.
+	var many bytes.Buffer
+	tw := tar.NewWriter(&many)
+	mib := bytes.Repeat([]byte("B"), 1<<20)
+	for i := range 48 {
+		if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("f%02d", i), Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(mib))}); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = tw.Write(mib)
+	}
+	_ = tw.Close()
+	if code, body := uploadArchive(t, d, sb, "/root/many", many.Bytes()); code != 429 {
+		t.Errorf("48 MiB into a 32 MiB disk: %d %s; want 429", code, body)
+	}
+	if out := mustRun(t, sb, "cd /root/many && ls -A | grep -v '^f[0-9]*$'; for f in f*; do [ $(wc -c < $f) = 1048576 ] || echo partial $f; done"); out != "" {
+		t.Errorf("after a disk-full upload: %s", out)
+	}
+	mustRun(t, sb, "rm -rf /root/many")
+
 	// Through a symlink the archive planted: refused, nothing in /etc.
 	if code, body := uploadArchive(t, d, sb, "/root/y", viaLink.Bytes()); code != 400 {
 		t.Errorf("write through planted symlink: %d %s", code, body)
@@ -276,7 +297,7 @@ func TestAdversarialArchiveExtract(t *testing.T) {
 
 	// Legitimate archives extract: files, dirs, symlinks, hard links, FIFOs.
 	var good bytes.Buffer
-	tw := tar.NewWriter(&good)
+	tw = tar.NewWriter(&good)
 	for _, h := range []*tar.Header{
 		{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "d/f", Typeflag: tar.TypeReg, Mode: 0o640, Size: 5},

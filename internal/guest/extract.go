@@ -229,6 +229,9 @@ func extractEntry(rootFd int, rel string, hdr *tar.Header, r io.Reader, chown bo
 	if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeCont {
 		size = hdr.Size
 	}
+	if err := checkFS(pfd, rel); err != nil {
+		return err // a pseudo filesystem mounted below the target
+	}
 	if err := tarcheck.Room(pfd, rel, size, 0); err != nil {
 		return err
 	}

@@ -101,6 +101,11 @@ func TestExtractRules(t *testing.T) {
 			t.Errorf("%s: left %d entries, first %s", tc.name, len(entries), entries[0].Name())
 		}
 	}
+	// An entry below a pseudo filesystem mounted inside the target is
+	// refused: nothing is written into /proc.
+	if err := c.WriteArchive(ctx, "/", bytes.NewReader(one(rawtar.Entry{Name: "proc/self/agentbox-test", Mode: 0o644, Typeflag: '0'}))); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("entry into /proc: %v", err)
+	}
 	// Accepted: a global header is ignored, a contiguous file is a file, a
 	// FIFO entry is a FIFO, and a regular file replaces what was there
 	// atomically.

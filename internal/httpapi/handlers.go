@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 )
@@ -220,6 +221,28 @@ func (h *handler) uploadBody(w http.ResponseWriter, r *http.Request) io.Reader {
 	return r.Body
 }
 
+// A refused upload's remaining body is read and discarded, up to
+// uploadDrainBytes and for at most uploadDrainTime, before the error is
+// sent: clients that read the response only after sending the whole body
+// (Go's net/http, Python's requests) then see the status (a 429 for a full
+// disk, a 400 for a refused archive entry) instead of a broken pipe. A
+// longer body still ends in a closed connection.
+const (
+	uploadDrainBytes = 64 << 20
+	uploadDrainTime  = 5 * time.Second
+)
+
+// refuseUpload drains what is left of r's body (bounded) and writes err.
+// The connection is not reused: its read deadline was changed.
+func refuseUpload(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() == nil {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(uploadDrainTime))
+		_, _ = io.CopyN(io.Discard, r.Body, uploadDrainBytes)
+		w.Header().Set("Connection", "close")
+	}
+	writeError(w, r, err)
+}
+
 // idPath validates {id} and ?path=.
 func idPath(r *http.Request) (string, string, error) {
 	id, err := sandboxID(r)
@@ -279,7 +302,7 @@ func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) {
 	}
 	fi, err := h.svc.WriteFile(r.Context(), id, p, mode, parents, h.uploadBody(w, r))
 	if err != nil {
-		writeError(w, r, err)
+		refuseUpload(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, fi)
@@ -412,7 +435,7 @@ func (h *handler) writeArchive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.svc.WriteArchive(r.Context(), id, p, h.uploadBody(w, r)); err != nil {
-		writeError(w, r, err)
+		refuseUpload(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -32,6 +32,8 @@ var errnoCategories = map[syscall.Errno]error{
 	syscall.ELOOP:        errdefs.ErrInvalidArgument,
 	syscall.EXDEV:        errdefs.ErrInvalidArgument,
 	syscall.ENOEXEC:      errdefs.ErrInvalidArgument,
+	syscall.ENXIO:        errdefs.ErrInvalidArgument, // a device or socket opened as a file
+	syscall.ENODEV:       errdefs.ErrInvalidArgument,
 	syscall.ENOTEMPTY:    errdefs.ErrConflict,
 	syscall.EBUSY:        errdefs.ErrConflict,
 	syscall.ENOSPC:       errdefs.ErrResourceExhausted,
