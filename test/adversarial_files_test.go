@@ -80,6 +80,7 @@ func TestAdversarialFilesSpecial(t *testing.T) {
 	for _, p := range []string{
 		"/tmp/fifo", "/tmp/tofifo", "/dev/log", "/dev/tty", "/dev/null", "/dev/zero", "/dev/urandom",
 		"/proc/self/mem", "/proc/kmsg", "/proc/1/status", "/proc/self/fd/0", "/sys/kernel/uevent_seqnum", "/tmp/dir",
+		"/proc/1/exe", "/proc/1/root/etc/passwd",
 	} {
 		code, body := d.quickRequest(t, "GET", filesPath(sb, p), nil, 3*time.Second)
 		if code < 400 || code >= 500 {

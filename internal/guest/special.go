@@ -77,10 +77,20 @@ func checkFS(fd int, path string) error {
 	return nil
 }
 
-// checkFSPath is checkFS for a path, opened without following a final
-// symlink and without side effects (O_PATH).
+// openNoMagic opens path like open(2) but refuses (ELOOP, an invalid
+// argument) to pass through a /proc magic link (/proc/<pid>/fd/N, exe,
+// root, cwd), which would lead out of procfs to whatever the link names.
+func openNoMagic(path string, flags int) (int, error) {
+	return unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_NO_MAGICLINKS,
+	})
+}
+
+// checkFSPath is checkFS for a path, opened without side effects (O_PATH)
+// and through no magic link.
 func checkFSPath(path string) error {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	fd, err := openNoMagic(path, unix.O_PATH)
 	if err != nil {
 		return fmt.Errorf("opening %s: %w", path, err)
 	}
@@ -91,8 +101,8 @@ func checkFSPath(path string) error {
 // openRegular opens path (following symlinks) for reading. It never
 // blocks: a path that is not a regular file is refused from its stat before
 // any open, and the open itself is non-blocking and without a controlling
-// terminal. The decision is made again on the opened descriptor, so a file
-// swapped in between is refused too.
+// terminal, through no /proc magic link. The decision is made again on the
+// opened descriptor, so a file swapped in between is refused too.
 func openRegular(path string) (*os.File, fs.FileInfo, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -101,7 +111,7 @@ func openRegular(path string) (*os.File, fs.FileInfo, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, nil, notRegular(path, fi.Mode())
 	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	fd, err := openNoMagic(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening %s: %w", path, err)
 	}

@@ -29,7 +29,8 @@ func TestSpecialFilesRefused(t *testing.T) {
 	ln, err := net.Listen("unix", sock)
 	must(t, err)
 	defer ln.Close()
-	for _, p := range []string{fifo, filepath.Join(dir, "tofifo"), sock, dir, "/dev/null", "/dev/zero", "/dev/tty", "/proc/self/status", "/proc/self/mem", "/sys/kernel/uevent_seqnum"} {
+	for _, p := range []string{fifo, filepath.Join(dir, "tofifo"), sock, dir, "/dev/null", "/dev/zero", "/dev/tty", "/proc/self/status", "/proc/self/mem", "/sys/kernel/uevent_seqnum",
+		"/proc/self/exe", "/proc/self/root/etc/passwd", "/proc/self/cwd/special_test.go"} {
 		start := time.Now()
 		rc, _, err := c.ReadFile(ctx, p)
 		if err == nil {
