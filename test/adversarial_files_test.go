@@ -43,7 +43,7 @@ func (d *daemon) quickRequest(t *testing.T, method, path string, body []byte, li
 	start := time.Now()
 	resp, err := d.unixHTTP(limit).Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: no answer within %s: %v", method, path, limit, err)
+		t.Fatalf("%s %s: no status within %s: %v", method, path, limit, err)
 	}
 	defer resp.Body.Close()
 	var buf bytes.Buffer
