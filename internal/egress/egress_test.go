@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/redact"
 )
 
@@ -66,6 +67,11 @@ type env struct {
 }
 
 func newEnv(t testing.TB, spec func(e *env) api.NetworkSpec) *env {
+	return newEnvWith(t, spec, nil)
+}
+
+// newEnvWith is newEnv with a hook that adjusts the proxy's Config.
+func newEnvWith(t testing.TB, spec func(e *env) api.NetworkSpec, adjust func(*Config)) *env {
 	t.Helper()
 	e := &env{}
 	upCA, _, err := newCA("test upstream CA")
@@ -125,7 +131,7 @@ func newEnv(t testing.TB, spec func(e *env) api.NetworkSpec) *env {
 	t.Cleanup(plain.Close)
 	e.httpPort = pln.Addr().(*net.TCPAddr).Port
 
-	e.proxy = New(Config{
+	cfg := Config{
 		Resolver: mapResolver{
 			"api.good.test": "127.0.0.2", "tunnel.good.test": "127.0.0.2", "a.wild.test": "127.0.0.2", "wild.test": "127.0.0.2",
 			"good.test.evil.test": "127.0.0.2", "evilgood.test": "127.0.0.2", "denied.test": "127.0.0.2",
@@ -133,10 +139,14 @@ func newEnv(t testing.TB, spec func(e *env) api.NetworkSpec) *env {
 		},
 		Secrets:     mapSecrets{"gh": realToken},
 		RootCAs:     e.upRoots,
-		PermitAddrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
-		Logger:      testLogger(),
-		RunOf:       func(_ context.Context, id string) string { return "run_of_" + id },
-	})
+		Permit:  []*Rule{mustPermit(t, "127.0.0.2/32")},
+		Logger:  testLogger(),
+		RunOf:   func(_ context.Context, id string) string { return "run_of_" + id },
+	}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	e.proxy = New(cfg)
 	caPEM, err := e.proxy.Configure("sb1", t.TempDir(), spec(e))
 	if err != nil {
 		t.Fatal(err)
@@ -264,13 +274,79 @@ func TestPolicyDecisions(t *testing.T) {
 	}
 }
 
-func TestIPRuleAllowsInternalAddress(t *testing.T) {
-	e := newEnv(t, func(e *env) api.NetworkSpec {
-		return api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{"127.0.0.1:*", "loop.good.test:*"}}
+func mustPermit(t testing.TB, s string) *Rule {
+	t.Helper()
+	r, err := ParsePermit(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestSandboxRulesDoNotLiftInternalBan: an allow rule naming an internal
+// address is refused by Validate unless the daemon permits it, and a
+// policy recorded with one (re-adopted after an upgrade) reaches nothing
+// internal.
+func TestSandboxRulesDoNotLiftInternalBan(t *testing.T) {
+	internal := func(e *env) api.NetworkSpec {
+		return api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{"127.0.0.1:*", "loop.good.test:*", "0.0.0.0/0:*", "::/0"}}
+	}
+	e := newEnv(t, internal)
+	if err := e.proxy.Validate(internal(e)); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("Validate of rules naming loopback: %v", err)
+	}
+	p := strconv.Itoa(e.port)
+	for _, target := range []string{"loop.good.test:" + p, "127.0.0.1:" + p, "[::ffff:127.0.0.1]:" + p, "0.0.0.0:" + p, "[::]:" + p} {
+		if got := e.connect(t, target); got != 403 {
+			t.Errorf("CONNECT %s under a recorded internal rule: %d, want 403", target, got)
+		}
+	}
+}
+
+func TestValidateInternalRules(t *testing.T) {
+	pr := New(Config{Permit: []*Rule{mustPermit(t, "127.0.0.2/32"), mustPermit(t, "10.1.0.0/16:443"), mustPermit(t, "[fd00::/64]:*")}, Logger: testLogger()})
+	ok := []string{"example.com", "*.example.com:*", "8.8.8.8:53", "2001:4860::/32", "127.0.0.2:*", "127.0.0.2", "10.1.2.3:443", "10.1.0.0/16:443",
+		"[fd00::1]:80", "fd00::/64", "1.0.0.0/8:*"}
+	bad := []string{"127.0.0.1", "127.0.0.0/8:*", "0.0.0.0/0:*", "::/0", "[::1]:*", "169.254.169.254", "10.0.0.0/8:*", "10.1.2.3:80",
+		"10.1.2.3:*", "10.1.2.3", "100.64.0.1:443", "[fd00:1::1]:443", "fc00::/7", "192.168.1.1", "[::ffff:127.0.0.1]:80", "::ffff:0:0/96",
+		"::ffff:7f00:0/104", "0.0.0.0", "224.0.0.1", "[fe80::1]:80", "127.0.0.2/31:*", "localhost", "*.localhost", "a.localhost:*",
+		"64:ff9b::7f00:1", "[::7f00:1]:80"}
+	for _, r := range ok {
+		if err := pr.Validate(api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{r}}); err != nil {
+			t.Errorf("allow %q: %v", r, err)
+		}
+	}
+	for _, r := range bad {
+		err := pr.Validate(api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{r}})
+		if !errdefs.IsInvalidArgument(err) {
+			t.Errorf("allow %q: %v, want invalid argument", r, err)
+		}
+	}
+	// Deny rules may name anything.
+	if err := pr.Validate(api.NetworkSpec{Mode: api.NetworkEgress, Deny: []string{"0.0.0.0/0:*", "127.0.0.1", "localhost"}}); err != nil {
+		t.Errorf("deny rules: %v", err)
+	}
+}
+
+// TestSelfListenerNeverDialled: the daemon's own TCP port is refused on
+// every local address even where the permit list covers loopback.
+func TestSelfListenerNeverDialled(t *testing.T) {
+	// e's upstream port stands in for the daemon's listener of e2.
+	e := newEnv(t, defaultSpec)
+	e2 := newEnvWith(t, func(*env) api.NetworkSpec {
+		return api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{"127.0.0.0/8:*", "loop.good.test:*"}}
+	}, func(c *Config) {
+		c.Permit = []*Rule{mustPermit(t, "127.0.0.0/8")}
+		c.SelfPorts = []int{e.port}
 	})
-	// 127.0.0.1 is explicitly allowed, so the name resolving to it works.
-	if got := e.connect(t, "loop.good.test:"+strconv.Itoa(e.port)); got == 403 {
-		t.Fatalf("explicitly allowed address refused: %d", got)
+	for _, target := range []string{"127.0.0.1:" + strconv.Itoa(e.port), "127.0.0.2:" + strconv.Itoa(e.port), "loop.good.test:" + strconv.Itoa(e.port)} {
+		if got := e2.connect(t, target); got != 403 {
+			t.Errorf("CONNECT %s (the daemon's port): %d, want 403", target, got)
+		}
+	}
+	// Control: permitted loopback on another port is dialled.
+	if got := e2.connect(t, "127.0.0.2:"+strconv.Itoa(e2.port)); got != 200 {
+		t.Errorf("CONNECT permitted loopback: %d, want 200", got)
 	}
 }
 

@@ -358,17 +358,6 @@ func (p *Policy) checkDest(host string, port int) Decision {
 	return Decision{Reason: "no allow rule matches"}
 }
 
-// addrAllowedByRule reports whether an allow rule names addr explicitly
-// (an IP or CIDR rule), which lifts the internal-address ban for it.
-func (p *Policy) addrAllowedByRule(addr netip.Addr, port int) bool {
-	for _, r := range p.Allow {
-		if r.Prefix.IsValid() && r.Prefix.Contains(addr) && r.matchPort(port) {
-			return true
-		}
-	}
-	return false
-}
-
 // credentialsFor returns the credential rules of a destination.
 func (p *Policy) credentialsFor(host string, port int) []Credential {
 	var out []Credential
@@ -378,33 +367,4 @@ func (p *Policy) credentialsFor(host string, port int) []Credential {
 		}
 	}
 	return out
-}
-
-// blocked lists the address ranges the proxy never dials unless a rule
-// allows the address explicitly.
-var blocked = func() []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-		"172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15",
-		"198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-		"::/128", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001:db8::/32",
-		"2002::/16", "fc00::/7", "fe80::/10", "ff00::/8",
-	} {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}()
-
-// internalAddr reports whether addr is loopback, link-local, private,
-// CGNAT, ULA, unspecified, multicast, documentation, or a translation
-// prefix that could reach one of those.
-func internalAddr(addr netip.Addr) bool {
-	addr = addr.Unmap()
-	for _, p := range blocked {
-		if p.Contains(addr) {
-			return true
-		}
-	}
-	return false
 }
