@@ -38,7 +38,8 @@ const MaxLen = 8 << 10
 //   - the dot segments "." and ".." are removed (RFC 3986 section 5.2.4).
 //
 // It fails (wrapping ErrAmbiguous and errdefs.ErrInvalidArgument) for a p
-// that is empty, too long or relative, holds an invalid percent-encoding,
+// that is empty, relative or longer than MaxLen (before or after
+// escaping), holds an invalid percent-encoding,
 // a control character or NUL (raw or encoded), a backslash (raw or
 // encoded), an encoded slash, an empty segment other than the last, or a
 // segment that is a dot segment only once decoded or once its ";"
@@ -88,7 +89,11 @@ func Canonical(p string) (string, error) {
 			out = append(out, seg)
 		}
 	}
-	return "/" + strings.Join(out, "/"), nil
+	c := "/" + strings.Join(out, "/")
+	if len(c) > MaxLen { // escaping grew it
+		return bad("too long")
+	}
+	return c, nil
 }
 
 // canonicalSegment canonicalises one segment (no '/').
