@@ -16,8 +16,11 @@
 //
 // The credential never enters the sandbox: client-supplied credentials are
 // stripped, redirects are not followed, and the credential (with its
-// encodings) is redacted from the response headers and body in case the
-// upstream echoes it.
+// encodings) is redacted from the response headers, informational (1xx)
+// responses, body and trailers in case the upstream echoes it. The
+// upstream is asked for an unencoded body; a body it sends encoded anyway
+// is decoded first (gzip, deflate, br, zstd), and one in a coding the
+// bridge cannot decode is refused with 502.
 package bridge
 
 import (
@@ -35,6 +38,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/contentcoding"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/secrets"
@@ -390,7 +394,7 @@ type fwd struct {
 
 func (b *Bridge) newProxy(c Connector, base *url.URL, rt http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
-		Transport: rt,
+		Transport: scrub1xx{rt: rt, secret: c.Secret},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			f := pr.In.Context().Value(fwdKey{}).(*fwd)
 			out := pr.Out
@@ -408,32 +412,46 @@ func (b *Bridge) newProxy(c Connector, base *url.URL, rt http.RoundTripper) *htt
 				out.Header.Del(h)
 			}
 			out.Header.Set(c.Header, strings.ReplaceAll(c.Format, "{secret}", string(f.cred)))
+			// The client's codings are not asked for: the response must be
+			// scrubbed, and whatever coding comes back anyway is decoded
+			// first (ModifyResponse).
+			out.Header.Set("Accept-Encoding", "identity")
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			f := resp.Request.Context().Value(fwdKey{}).(*fwd)
-			red := redact.New(map[string][]byte{c.Secret: f.cred})
-			for k, vs := range resp.Header {
-				for i, v := range vs {
-					vs[i] = red.RedactString(v)
-				}
-				resp.Header[k] = vs
-			}
 			resp.Header.Del("Set-Cookie")
-			resp.Header.Del("Content-Length")
-			resp.ContentLength = -1
-			resp.Body = redact.NewReader(resp.Body, red)
+			if err := redact.Response(resp, redact.New(map[string][]byte{c.Secret: f.cred}), contentcoding.Limits{}); err != nil {
+				return fmt.Errorf("scrubbing the response: %w", err)
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			b.log.WarnContext(r.Context(), "bridge upstream", "connector", c.Name, "err", err)
-			status := http.StatusBadGateway
+			status, msg := http.StatusBadGateway, "connector "+c.Name+" did not answer"
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				status = http.StatusRequestEntityTooLarge
 			}
+			if errors.Is(err, contentcoding.ErrUnsupported) {
+				msg = "connector " + c.Name + " answered in a content coding the bridge cannot decode and scrub"
+			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
-			_ = json.NewEncoder(w).Encode(api.Error{Code: "unavailable", Message: "connector " + c.Name + " did not answer"})
+			_ = json.NewEncoder(w).Encode(api.Error{Code: "unavailable", Message: msg})
 		},
 	}
+}
+
+// scrub1xx redacts the connector's credential from informational
+// responses before the ReverseProxy forwards them (see redact.Trace).
+type scrub1xx struct {
+	rt     http.RoundTripper
+	secret string // the connector's secret name
+}
+
+func (s scrub1xx) RoundTrip(r *http.Request) (*http.Response, error) {
+	if f, ok := r.Context().Value(fwdKey{}).(*fwd); ok {
+		r = r.WithContext(redact.Trace(r.Context(), map[string][]byte{s.secret: f.cred}))
+	}
+	return s.rt.RoundTrip(r)
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/urlpath"
 )
 
 // Rule is one parsed allow or deny entry.
@@ -75,9 +76,11 @@ type Credential struct {
 	Header     string // canonical MIME header key
 	Format     string
 	Methods    []string
-	PathPrefix string
+	PathPrefix string // canonical (urlpath.Canonical); matched on segment boundaries
 }
 
+// matches reports whether the credential applies to a request with method
+// and canonical path (urlpath.Canonical).
 func (c *Credential) matches(method, path string) bool {
 	if len(c.Methods) > 0 {
 		ok := false
@@ -90,7 +93,7 @@ func (c *Credential) matches(method, path string) bool {
 			return false
 		}
 	}
-	return c.PathPrefix == "" || strings.HasPrefix(path, c.PathPrefix)
+	return c.PathPrefix == "" || urlpath.HasPrefix(path, c.PathPrefix)
 }
 
 const (
@@ -187,8 +190,12 @@ func parseCredential(cr api.CredentialRule) (Credential, error) {
 		}
 		c.Methods = append(c.Methods, m)
 	}
-	if c.PathPrefix != "" && (!strings.HasPrefix(c.PathPrefix, "/") || strings.ContainsAny(c.PathPrefix, " \r\n\x00")) {
-		return bad("path_prefix must start with /")
+	if c.PathPrefix != "" {
+		canon, err := urlpath.Canonical(c.PathPrefix)
+		if err != nil {
+			return bad("path_prefix must be an absolute path without encoded slashes, backslashes, dot or empty segments")
+		}
+		c.PathPrefix = canon
 	}
 	return c, nil
 }
