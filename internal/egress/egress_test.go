@@ -64,6 +64,7 @@ type env struct {
 
 	mu       sync.Mutex
 	lastAuth string
+	lastPath string
 }
 
 func newEnv(t testing.TB, spec func(e *env) api.NetworkSpec) *env {
@@ -84,6 +85,7 @@ func newEnvWith(t testing.TB, spec func(e *env) api.NetworkSpec, adjust func(*Co
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
 		e.lastAuth = r.Header.Get("Authorization")
+		e.lastPath = r.URL.EscapedPath()
 		e.mu.Unlock()
 		w.Header().Set("X-Echo-Auth", r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "host=%s auth=%s x=%s", r.Host, r.Header.Get("Authorization"), r.Header.Get("X-Token"))
@@ -558,4 +560,55 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// TestCredentialPathScopeCanonical: path_prefix matches the canonical path
+// on segment boundaries, ambiguous paths are refused, and the upstream
+// gets exactly the canonical path.
+func TestCredentialPathScopeCanonical(t *testing.T) {
+	e := newEnv(t, func(e *env) api.NetworkSpec {
+		s := defaultSpec(e)
+		s.Credentials[0].PathPrefix = "/allowed"
+		return s
+	})
+	c := e.client(false)
+	defer c.CloseIdleConnections()
+	for _, tc := range []struct {
+		target, upstream string
+		status           int
+		inject           bool
+	}{
+		{"/allowed", "/allowed", 200, true},
+		{"/allowed/sub", "/allowed/sub", 200, true},
+		{"/allow%65d/./sub", "/allowed/sub", 200, true},
+		{"/allowedEXTRA", "/allowedEXTRA", 200, false},
+		{"/allowed/../x", "/x", 200, false},
+		{"/a%2a", "/a%2A", 200, false},
+		{"/allowed/%2e%2e/x", "", 400, false},
+		{"/allowed%2fx", "", 400, false},
+		{"//allowed", "", 421, false}, // Go sends this opaque form as https://allowed: another host
+		{"/allowed/..;/x", "", 400, false},
+		{"/allowed\\..\\x", "", 400, false},
+	} {
+		e.mu.Lock()
+		e.lastAuth, e.lastPath = "", ""
+		e.mu.Unlock()
+		req, _ := http.NewRequest("GET", "https://api.good.test:"+strconv.Itoa(e.port)+"/", nil)
+		req.URL.Opaque = tc.target
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.target, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		e.mu.Lock()
+		auth, path := e.lastAuth, e.lastPath
+		e.mu.Unlock()
+		if resp.StatusCode != tc.status || path != tc.upstream || (auth == "Bearer "+realToken) != tc.inject {
+			t.Errorf("%s: status %d, upstream path %q, injected %v; want %d %q %v", tc.target, resp.StatusCode, path, auth != "", tc.status, tc.upstream, tc.inject)
+		}
+	}
+	if _, err := ParsePolicy(api.NetworkSpec{Mode: api.NetworkEgress, Credentials: []api.CredentialRule{{Secret: "gh", Host: "a.test", PathPrefix: "/a/%2e%2e/b"}}}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("ambiguous path_prefix: %v", err)
+	}
 }
