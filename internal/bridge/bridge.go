@@ -42,6 +42,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/urlpath"
 )
 
 // Port is the bridge's port inside every sandbox.
@@ -353,13 +354,24 @@ func (b *Bridge) event(w http.ResponseWriter, r *http.Request, c secrets.RunClai
 
 // forward proxies /v1/connectors/{name}/{rest} to the connector.
 func (b *Bridge) forward(w http.ResponseWriter, r *http.Request, c secrets.RunClaims) {
-	rest := strings.TrimPrefix(r.URL.Path, "/v1/connectors/")
-	name, path, _ := strings.Cut(rest, "/")
-	for _, seg := range strings.Split(path, "/") {
+	// The path as sent (escaped): it is canonicalised once and sent to the
+	// connector exactly so, never decoded twice on its way.
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/connectors/")
+	if !ok {
+		b.fail(w, r, c.Sandbox, http.StatusNotFound, fmt.Errorf("no route for %s", r.URL.Path))
+		return
+	}
+	name, raw, _ := strings.Cut(rest, "/")
+	for _, seg := range strings.Split(raw, "/") {
 		if seg == ".." || seg == "." {
 			b.fail(w, r, c.Sandbox, http.StatusBadRequest, fmt.Errorf("path segments . and .. are not allowed: %w", errdefs.ErrInvalidArgument))
 			return
 		}
+	}
+	path, err := urlpath.Canonical("/" + raw)
+	if err != nil {
+		b.fail(w, r, c.Sandbox, http.StatusBadRequest, err)
+		return
 	}
 	conn, ok := b.connectors[name]
 	if !ok {
@@ -379,8 +391,8 @@ func (b *Bridge) forward(w http.ResponseWriter, r *http.Request, c secrets.RunCl
 		b.log.ErrorContext(r.Context(), "bridge connector credential", "connector", name, "secret", conn.Secret, "err", err)
 		return
 	}
-	ctx = context.WithValue(ctx, fwdKey{}, &fwd{path: "/" + path, cred: cred})
-	b.log.InfoContext(ctx, "bridge forward", "sandbox", c.Sandbox, "run", c.Run, "connector", name, "method", r.Method, "path", "/"+path, "secret", conn.Secret)
+	ctx = context.WithValue(ctx, fwdKey{}, &fwd{path: path, cred: cred})
+	b.log.InfoContext(ctx, "bridge forward", "sandbox", c.Sandbox, "run", c.Run, "connector", name, "method", r.Method, "path", path, "secret", conn.Secret)
 	conn.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -388,7 +400,7 @@ type fwdKey struct{}
 
 // fwd is what the proxy's hooks need of one forwarded request.
 type fwd struct {
-	path string
+	path string // canonical and escaped (urlpath.Canonical): JoinPath takes escaped elements
 	cred []byte
 }
 
