@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,7 +15,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"os"
 	"slices"
@@ -92,6 +95,28 @@ func newEnvWith(t testing.TB, spec func(e *env) api.NetworkSpec, adjust func(*Co
 	})
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "https://denied.test:"+strconv.Itoa(e.port)+"/", http.StatusFound)
+	})
+	// /coded echoes the bearer token gzip-compressed (or, with ?ce=, under
+	// the coding named, sent as is), in a 103 hint and in a trailer.
+	mux.HandleFunc("/coded", func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		w.Header().Set("Link", "</?"+auth+">")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		w.Header().Set("Trailer", "X-Echo-Trailer")
+		ce := r.URL.Query().Get("ce")
+		if ce == "" {
+			ce = "gzip"
+		}
+		w.Header().Set("Content-Encoding", ce)
+		if ce == "gzip" {
+			gz := gzip.NewWriter(w)
+			fmt.Fprintf(gz, "auth=%s", auth)
+			gz.Close()
+		} else {
+			fmt.Fprintf(w, "auth=%s", auth)
+		}
+		w.Header().Set("X-Echo-Trailer", auth)
 	})
 	// /encoded echoes the bearer token in encodings a client could decode.
 	mux.HandleFunc("/encoded", func(w http.ResponseWriter, r *http.Request) {
@@ -610,5 +635,48 @@ func TestCredentialPathScopeCanonical(t *testing.T) {
 	}
 	if _, err := ParsePolicy(api.NetworkSpec{Mode: api.NetworkEgress, Credentials: []api.CredentialRule{{Secret: "gh", Host: "a.test", PathPrefix: "/a/%2e%2e/b"}}}); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("ambiguous path_prefix: %v", err)
+	}
+}
+
+// TestScrubbingSurvivesContentCodings: an upstream that compresses its
+// echo of the injected credential although asked for identity, and echoes
+// it in a 1xx response and a trailer, still leaks nothing; a coding the
+// proxy cannot decode is refused.
+func TestScrubbingSurvivesContentCodings(t *testing.T) {
+	e := newEnv(t, defaultSpec)
+	c := e.client(false)
+	c.Transport.(*http.Transport).DisableCompression = true
+	defer c.CloseIdleConnections()
+	var hints []string
+	get := func(u string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", u, nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			Got1xxResponse: func(_ int, h textproto.MIMEHeader) error { hints = append(hints, h.Get("Link")); return nil },
+		}))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	base := "https://api.good.test:" + strconv.Itoa(e.port)
+	resp, body := get(base + "/coded")
+	red := redact.Replacement("gh")
+	if resp.StatusCode != 200 || body != "auth=Bearer "+red || resp.Header.Get("Content-Encoding") != "" {
+		t.Errorf("gzip echo: %d %q (Content-Encoding %q)", resp.StatusCode, body, resp.Header.Get("Content-Encoding"))
+	}
+	if tr := resp.Trailer.Get("X-Echo-Trailer"); tr != "Bearer "+red {
+		t.Errorf("trailer %q", tr)
+	}
+	if len(hints) != 1 || strings.Contains(hints[0], realToken) {
+		t.Errorf("1xx hints %q", hints)
+	}
+	resp, body = get(base + "/coded?ce=x-private")
+	if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, realToken) {
+		t.Errorf("unknown coding: %d %q", resp.StatusCode, body)
 	}
 }
