@@ -3,6 +3,7 @@ module github.com/agentbox/agentbox
 go 1.26.8
 
 require (
+	github.com/andybalholm/brotli v1.2.0
 	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/creack/pty v1.1.24
@@ -10,6 +11,7 @@ require (
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/renameio/v2 v2.0.2
 	github.com/hashicorp/yamux v0.1.2
+	github.com/klauspost/compress v1.18.0
 	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/image-spec v1.1.1
 	github.com/opencontainers/runtime-spec v1.3.0

@@ -64,6 +64,7 @@ daemon re-adopts them.`,
 	f.StringVar(&cfg.DefaultTemplate, "default-template", cfg.DefaultTemplate, "template of sandboxes that name none")
 	f.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", cfg.SecretsKeyFile, "master key of the secret store and run tokens, outside the data dir; created when missing (env "+config.EnvSecretsKeyFile+")")
 	f.StringVar(&cfg.ConnectorsFile, "connectors-file", cfg.ConnectorsFile, "JSON array of API bridge connectors [{name, url, secret, header, format}] (env "+config.EnvConnectorsFile+")")
+	f.StringSliceVar(&cfg.EgressPermit, "egress-permit", cfg.EgressPermit, "internal address range the egress proxy may dial, CIDR or ADDR with an optional :PORT or :* (repeatable; env "+config.EnvEgressPermit+", comma-separated); loopback, link-local, private, CGNAT, ULA and the host's own addresses are unreachable from sandboxes otherwise, whatever their rules say")
 	f.StringToIntVar(&cfg.WarmPools, "warm-pool", cfg.WarmPools, "paused sandboxes kept ready per template, e.g. busybox=2 (repeatable; env "+config.EnvWarmPools+")")
 	f.Int64Var(&cfg.DefaultResources.DiskBytes, "default-disk-bytes", cfg.DefaultResources.DiskBytes, "writable layer size of sandboxes that ask for none (0: unlimited)")
 	f.Int64Var(&cfg.DefaultResources.OpenFiles, "default-open-files", cfg.DefaultResources.OpenFiles, "RLIMIT_NOFILE of sandboxes that ask for none (0: inherited)")

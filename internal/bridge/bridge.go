@@ -16,8 +16,11 @@
 //
 // The credential never enters the sandbox: client-supplied credentials are
 // stripped, redirects are not followed, and the credential (with its
-// encodings) is redacted from the response headers and body in case the
-// upstream echoes it.
+// encodings) is redacted from the response headers, informational (1xx)
+// responses, body and trailers in case the upstream echoes it. The
+// upstream is asked for an unencoded body; a body it sends encoded anyway
+// is decoded first (gzip, deflate, br, zstd), and one in a coding the
+// bridge cannot decode is refused with 502.
 package bridge
 
 import (
@@ -35,9 +38,11 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/contentcoding"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/urlpath"
 )
 
 // Port is the bridge's port inside every sandbox.
@@ -349,13 +354,24 @@ func (b *Bridge) event(w http.ResponseWriter, r *http.Request, c secrets.RunClai
 
 // forward proxies /v1/connectors/{name}/{rest} to the connector.
 func (b *Bridge) forward(w http.ResponseWriter, r *http.Request, c secrets.RunClaims) {
-	rest := strings.TrimPrefix(r.URL.Path, "/v1/connectors/")
-	name, path, _ := strings.Cut(rest, "/")
-	for _, seg := range strings.Split(path, "/") {
+	// The path as sent (escaped): it is canonicalised once and sent to the
+	// connector exactly so, never decoded twice on its way.
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/connectors/")
+	if !ok {
+		b.fail(w, r, c.Sandbox, http.StatusNotFound, fmt.Errorf("no route for %s", r.URL.Path))
+		return
+	}
+	name, raw, _ := strings.Cut(rest, "/")
+	for _, seg := range strings.Split(raw, "/") {
 		if seg == ".." || seg == "." {
 			b.fail(w, r, c.Sandbox, http.StatusBadRequest, fmt.Errorf("path segments . and .. are not allowed: %w", errdefs.ErrInvalidArgument))
 			return
 		}
+	}
+	path, err := urlpath.Canonical("/" + raw)
+	if err != nil {
+		b.fail(w, r, c.Sandbox, http.StatusBadRequest, err)
+		return
 	}
 	conn, ok := b.connectors[name]
 	if !ok {
@@ -375,8 +391,8 @@ func (b *Bridge) forward(w http.ResponseWriter, r *http.Request, c secrets.RunCl
 		b.log.ErrorContext(r.Context(), "bridge connector credential", "connector", name, "secret", conn.Secret, "err", err)
 		return
 	}
-	ctx = context.WithValue(ctx, fwdKey{}, &fwd{path: "/" + path, cred: cred})
-	b.log.InfoContext(ctx, "bridge forward", "sandbox", c.Sandbox, "run", c.Run, "connector", name, "method", r.Method, "path", "/"+path, "secret", conn.Secret)
+	ctx = context.WithValue(ctx, fwdKey{}, &fwd{path: path, cred: cred})
+	b.log.InfoContext(ctx, "bridge forward", "sandbox", c.Sandbox, "run", c.Run, "connector", name, "method", r.Method, "path", path, "secret", conn.Secret)
 	conn.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -384,13 +400,13 @@ type fwdKey struct{}
 
 // fwd is what the proxy's hooks need of one forwarded request.
 type fwd struct {
-	path string
+	path string // canonical and escaped (urlpath.Canonical): JoinPath takes escaped elements
 	cred []byte
 }
 
 func (b *Bridge) newProxy(c Connector, base *url.URL, rt http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
-		Transport: rt,
+		Transport: scrub1xx{rt: rt, secret: c.Secret},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			f := pr.In.Context().Value(fwdKey{}).(*fwd)
 			out := pr.Out
@@ -408,32 +424,46 @@ func (b *Bridge) newProxy(c Connector, base *url.URL, rt http.RoundTripper) *htt
 				out.Header.Del(h)
 			}
 			out.Header.Set(c.Header, strings.ReplaceAll(c.Format, "{secret}", string(f.cred)))
+			// The client's codings are not asked for: the response must be
+			// scrubbed, and whatever coding comes back anyway is decoded
+			// first (ModifyResponse).
+			out.Header.Set("Accept-Encoding", "identity")
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			f := resp.Request.Context().Value(fwdKey{}).(*fwd)
-			red := redact.New(map[string][]byte{c.Secret: f.cred})
-			for k, vs := range resp.Header {
-				for i, v := range vs {
-					vs[i] = red.RedactString(v)
-				}
-				resp.Header[k] = vs
-			}
 			resp.Header.Del("Set-Cookie")
-			resp.Header.Del("Content-Length")
-			resp.ContentLength = -1
-			resp.Body = redact.NewReader(resp.Body, red)
+			if err := redact.Response(resp, redact.New(map[string][]byte{c.Secret: f.cred}), contentcoding.Limits{}); err != nil {
+				return fmt.Errorf("scrubbing the response: %w", err)
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			b.log.WarnContext(r.Context(), "bridge upstream", "connector", c.Name, "err", err)
-			status := http.StatusBadGateway
+			status, msg := http.StatusBadGateway, "connector "+c.Name+" did not answer"
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				status = http.StatusRequestEntityTooLarge
 			}
+			if errors.Is(err, contentcoding.ErrUnsupported) {
+				msg = "connector " + c.Name + " answered in a content coding the bridge cannot decode and scrub"
+			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
-			_ = json.NewEncoder(w).Encode(api.Error{Code: "unavailable", Message: "connector " + c.Name + " did not answer"})
+			_ = json.NewEncoder(w).Encode(api.Error{Code: "unavailable", Message: msg})
 		},
 	}
+}
+
+// scrub1xx redacts the connector's credential from informational
+// responses before the ReverseProxy forwards them (see redact.Trace).
+type scrub1xx struct {
+	rt     http.RoundTripper
+	secret string // the connector's secret name
+}
+
+func (s scrub1xx) RoundTrip(r *http.Request) (*http.Response, error) {
+	if f, ok := r.Context().Value(fwdKey{}).(*fwd); ok {
+		r = r.WithContext(redact.Trace(r.Context(), map[string][]byte{s.secret: f.cred}))
+	}
+	return s.rt.RoundTrip(r)
 }

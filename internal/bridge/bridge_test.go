@@ -179,6 +179,18 @@ func TestForwardAttachesCredentialAndRedactsEcho(t *testing.T) {
 	if path != "/hello" {
 		t.Fatalf("root connector path %q", path)
 	}
+	// The connector gets the canonical path, decoded once: a double-encoded
+	// dot segment stays a literal one, an encoded unreserved character is
+	// decoded.
+	if resp, body := f.do(t, "sbA", newReq("POST", "/v1/connectors/gh/%252e%252e/x%41", tok, "")); resp.StatusCode != 200 {
+		t.Fatalf("double-encoded path: %d %s", resp.StatusCode, body)
+	}
+	f.mu.Lock()
+	path = f.paths[len(f.paths)-1]
+	f.mu.Unlock()
+	if path != "/api/%252e%252e/xA" {
+		t.Fatalf("double-encoded path reached the connector as %q", path)
+	}
 	if strings.Contains(body, cred) || strings.Contains(resp.Header.Get("X-Echo"), cred) {
 		t.Fatalf("credential echoed into the sandbox: %q / %q", body, resp.Header.Get("X-Echo"))
 	}
@@ -206,6 +218,11 @@ func TestRejections(t *testing.T) {
 		{"alg none", "sbA", "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(tokA, ".")[1] + ".", "/v1/connectors/gh/x", 401},
 		{"unknown connector", "sbA", tokA, "/v1/connectors/nope/x", 404},
 		{"dot-dot", "sbA", tokA, "/v1/connectors/gh/../../admin", 400},
+		{"encoded dot-dot", "sbA", tokA, "/v1/connectors/gh/%2e%2e/admin", 400},
+		{"encoded slash", "sbA", tokA, "/v1/connectors/gh/a%2f..%2fadmin", 400},
+		{"backslash", "sbA", tokA, "/v1/connectors/gh/a%5c..%5cadmin", 400},
+		{"empty segment", "sbA", tokA, "/v1/connectors/gh//admin", 400},
+		{"dot-dot with parameters", "sbA", tokA, "/v1/connectors/gh/..;/admin", 400},
 		{"unknown route", "sbA", tokA, "/v1/other", 404},
 	}
 	for _, c := range cases {

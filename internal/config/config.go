@@ -115,9 +115,13 @@ type Config struct {
 	// EgressCAFile holds PEM roots the egress proxy trusts for upstream
 	// certificates in addition to the system roots.
 	EgressCAFile string `json:"egress_ca_file,omitempty"`
-	// EgressPermit lists internal address ranges (CIDR) the egress proxy
-	// may dial for every sandbox; other internal addresses need an IP or
-	// CIDR allow rule of the sandbox.
+	// EgressPermit lists the internal address ranges the egress proxy may
+	// dial for sandboxes whose rules allow them ("CIDR" or "ADDR", with an
+	// optional ":PORT" or ":*"; see egress.ParsePermit). Internal addresses
+	// outside it (loopback, link-local, private, CGNAT, ULA, the host's
+	// own addresses) are never dialled, and allow rules naming them are
+	// refused, whoever writes them. The daemon's own TCP port is never
+	// dialled on a local address.
 	EgressPermit []string `json:"egress_permit,omitempty"`
 
 	// StorageDriver is the layer storage driver: "" or "auto" probes the

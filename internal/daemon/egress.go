@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/config"
@@ -44,11 +45,19 @@ func setupEgress(cfg *config.Config, mgr *sandbox.Manager, secrets egress.Secret
 		ecfg.RootCAs = pool
 	}
 	for _, s := range cfg.EgressPermit {
-		p, err := netip.ParsePrefix(s)
+		r, err := egress.ParsePermit(s)
 		if err != nil {
-			return fmt.Errorf("egress permit %q: %v: %w", s, err, errdefs.ErrInvalidArgument)
+			return err
 		}
-		ecfg.PermitAddrs = append(ecfg.PermitAddrs, p.Masked())
+		ecfg.Permit = append(ecfg.Permit, r)
+	}
+	if cfg.TCPAddr != "" {
+		_, ps, err := net.SplitHostPort(cfg.TCPAddr)
+		port, perr := strconv.Atoi(ps)
+		if err != nil || perr != nil {
+			return fmt.Errorf("tcp address %q must be host:port: %w", cfg.TCPAddr, errdefs.ErrInvalidArgument)
+		}
+		ecfg.SelfPorts = append(ecfg.SelfPorts, port)
 	}
 	mgr.SetNetworkEdge(egress.New(ecfg))
 	return nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"testing"
 
@@ -89,6 +90,18 @@ func BenchmarkConnectThroughput(b *testing.B) {
 	for b.Loop() {
 		if _, err := c.Write(buf); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkForbidden is the internal-address check each resolved and each
+// dialled address passes.
+func BenchmarkForbidden(b *testing.B) {
+	p := New(Config{Permit: []*Rule{mustPermit(b, "127.0.0.2/32")}, SelfPorts: []int{8080}, Logger: testLogger()})
+	addr := netip.MustParseAddr("93.184.216.34")
+	for b.Loop() {
+		if p.forbidden(addr, 443) != "" {
+			b.Fatal("forbidden")
 		}
 	}
 }

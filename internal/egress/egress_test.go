@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,7 +15,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"os"
 	"slices"
@@ -25,6 +28,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/redact"
 )
 
@@ -63,9 +67,15 @@ type env struct {
 
 	mu       sync.Mutex
 	lastAuth string
+	lastPath string
 }
 
 func newEnv(t testing.TB, spec func(e *env) api.NetworkSpec) *env {
+	return newEnvWith(t, spec, nil)
+}
+
+// newEnvWith is newEnv with a hook that adjusts the proxy's Config.
+func newEnvWith(t testing.TB, spec func(e *env) api.NetworkSpec, adjust func(*Config)) *env {
 	t.Helper()
 	e := &env{}
 	upCA, _, err := newCA("test upstream CA")
@@ -78,12 +88,35 @@ func newEnv(t testing.TB, spec func(e *env) api.NetworkSpec) *env {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
 		e.lastAuth = r.Header.Get("Authorization")
+		e.lastPath = r.URL.EscapedPath()
 		e.mu.Unlock()
 		w.Header().Set("X-Echo-Auth", r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "host=%s auth=%s x=%s", r.Host, r.Header.Get("Authorization"), r.Header.Get("X-Token"))
 	})
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "https://denied.test:"+strconv.Itoa(e.port)+"/", http.StatusFound)
+	})
+	// /coded echoes the bearer token gzip-compressed (or, with ?ce=, under
+	// the coding named, sent as is), in a 103 hint and in a trailer.
+	mux.HandleFunc("/coded", func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		w.Header().Set("Link", "</?"+auth+">")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		w.Header().Set("Trailer", "X-Echo-Trailer")
+		ce := r.URL.Query().Get("ce")
+		if ce == "" {
+			ce = "gzip"
+		}
+		w.Header().Set("Content-Encoding", ce)
+		if ce == "gzip" {
+			gz := gzip.NewWriter(w)
+			fmt.Fprintf(gz, "auth=%s", auth)
+			gz.Close()
+		} else {
+			fmt.Fprintf(w, "auth=%s", auth)
+		}
+		w.Header().Set("X-Echo-Trailer", auth)
 	})
 	// /encoded echoes the bearer token in encodings a client could decode.
 	mux.HandleFunc("/encoded", func(w http.ResponseWriter, r *http.Request) {
@@ -125,18 +158,22 @@ func newEnv(t testing.TB, spec func(e *env) api.NetworkSpec) *env {
 	t.Cleanup(plain.Close)
 	e.httpPort = pln.Addr().(*net.TCPAddr).Port
 
-	e.proxy = New(Config{
+	cfg := Config{
 		Resolver: mapResolver{
 			"api.good.test": "127.0.0.2", "tunnel.good.test": "127.0.0.2", "a.wild.test": "127.0.0.2", "wild.test": "127.0.0.2",
 			"good.test.evil.test": "127.0.0.2", "evilgood.test": "127.0.0.2", "denied.test": "127.0.0.2",
 			"loop.good.test": "127.0.0.1", "meta.good.test": "169.254.169.254", "plain.good.test": "127.0.0.2",
 		},
-		Secrets:     mapSecrets{"gh": realToken},
-		RootCAs:     e.upRoots,
-		PermitAddrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
-		Logger:      testLogger(),
-		RunOf:       func(_ context.Context, id string) string { return "run_of_" + id },
-	})
+		Secrets: mapSecrets{"gh": realToken},
+		RootCAs: e.upRoots,
+		Permit:  []*Rule{mustPermit(t, "127.0.0.2/32")},
+		Logger:  testLogger(),
+		RunOf:   func(_ context.Context, id string) string { return "run_of_" + id },
+	}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	e.proxy = New(cfg)
 	caPEM, err := e.proxy.Configure("sb1", t.TempDir(), spec(e))
 	if err != nil {
 		t.Fatal(err)
@@ -264,13 +301,79 @@ func TestPolicyDecisions(t *testing.T) {
 	}
 }
 
-func TestIPRuleAllowsInternalAddress(t *testing.T) {
-	e := newEnv(t, func(e *env) api.NetworkSpec {
-		return api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{"127.0.0.1:*", "loop.good.test:*"}}
+func mustPermit(t testing.TB, s string) *Rule {
+	t.Helper()
+	r, err := ParsePermit(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestSandboxRulesDoNotLiftInternalBan: an allow rule naming an internal
+// address is refused by Validate unless the daemon permits it, and a
+// policy recorded with one (re-adopted after an upgrade) reaches nothing
+// internal.
+func TestSandboxRulesDoNotLiftInternalBan(t *testing.T) {
+	internal := func(e *env) api.NetworkSpec {
+		return api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{"127.0.0.1:*", "loop.good.test:*", "0.0.0.0/0:*", "::/0"}}
+	}
+	e := newEnv(t, internal)
+	if err := e.proxy.Validate(internal(e)); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("Validate of rules naming loopback: %v", err)
+	}
+	p := strconv.Itoa(e.port)
+	for _, target := range []string{"loop.good.test:" + p, "127.0.0.1:" + p, "[::ffff:127.0.0.1]:" + p, "0.0.0.0:" + p, "[::]:" + p} {
+		if got := e.connect(t, target); got != 403 {
+			t.Errorf("CONNECT %s under a recorded internal rule: %d, want 403", target, got)
+		}
+	}
+}
+
+func TestValidateInternalRules(t *testing.T) {
+	pr := New(Config{Permit: []*Rule{mustPermit(t, "127.0.0.2/32"), mustPermit(t, "10.1.0.0/16:443"), mustPermit(t, "[fd00::/64]:*")}, Logger: testLogger()})
+	ok := []string{"example.com", "*.example.com:*", "8.8.8.8:53", "2001:4860::/32", "127.0.0.2:*", "127.0.0.2", "10.1.2.3:443", "10.1.0.0/16:443",
+		"[fd00::1]:80", "fd00::/64", "1.0.0.0/8:*"}
+	bad := []string{"127.0.0.1", "127.0.0.0/8:*", "0.0.0.0/0:*", "::/0", "[::1]:*", "169.254.169.254", "10.0.0.0/8:*", "10.1.2.3:80",
+		"10.1.2.3:*", "10.1.2.3", "100.64.0.1:443", "[fd00:1::1]:443", "fc00::/7", "192.168.1.1", "[::ffff:127.0.0.1]:80", "::ffff:0:0/96",
+		"::ffff:7f00:0/104", "0.0.0.0", "224.0.0.1", "[fe80::1]:80", "127.0.0.2/31:*", "localhost", "*.localhost", "a.localhost:*",
+		"64:ff9b::7f00:1", "[::7f00:1]:80"}
+	for _, r := range ok {
+		if err := pr.Validate(api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{r}}); err != nil {
+			t.Errorf("allow %q: %v", r, err)
+		}
+	}
+	for _, r := range bad {
+		err := pr.Validate(api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{r}})
+		if !errdefs.IsInvalidArgument(err) {
+			t.Errorf("allow %q: %v, want invalid argument", r, err)
+		}
+	}
+	// Deny rules may name anything.
+	if err := pr.Validate(api.NetworkSpec{Mode: api.NetworkEgress, Deny: []string{"0.0.0.0/0:*", "127.0.0.1", "localhost"}}); err != nil {
+		t.Errorf("deny rules: %v", err)
+	}
+}
+
+// TestSelfListenerNeverDialled: the daemon's own TCP port is refused on
+// every local address even where the permit list covers loopback.
+func TestSelfListenerNeverDialled(t *testing.T) {
+	// e's upstream port stands in for the daemon's listener of e2.
+	e := newEnv(t, defaultSpec)
+	e2 := newEnvWith(t, func(*env) api.NetworkSpec {
+		return api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{"127.0.0.0/8:*", "loop.good.test:*"}}
+	}, func(c *Config) {
+		c.Permit = []*Rule{mustPermit(t, "127.0.0.0/8")}
+		c.SelfPorts = []int{e.port}
 	})
-	// 127.0.0.1 is explicitly allowed, so the name resolving to it works.
-	if got := e.connect(t, "loop.good.test:"+strconv.Itoa(e.port)); got == 403 {
-		t.Fatalf("explicitly allowed address refused: %d", got)
+	for _, target := range []string{"127.0.0.1:" + strconv.Itoa(e.port), "127.0.0.2:" + strconv.Itoa(e.port), "loop.good.test:" + strconv.Itoa(e.port)} {
+		if got := e2.connect(t, target); got != 403 {
+			t.Errorf("CONNECT %s (the daemon's port): %d, want 403", target, got)
+		}
+	}
+	// Control: permitted loopback on another port is dialled.
+	if got := e2.connect(t, "127.0.0.2:"+strconv.Itoa(e2.port)); got != 200 {
+		t.Errorf("CONNECT permitted loopback: %d, want 200", got)
 	}
 }
 
@@ -482,4 +585,98 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// TestCredentialPathScopeCanonical: path_prefix matches the canonical path
+// on segment boundaries, ambiguous paths are refused, and the upstream
+// gets exactly the canonical path.
+func TestCredentialPathScopeCanonical(t *testing.T) {
+	e := newEnv(t, func(e *env) api.NetworkSpec {
+		s := defaultSpec(e)
+		s.Credentials[0].PathPrefix = "/allowed"
+		return s
+	})
+	c := e.client(false)
+	defer c.CloseIdleConnections()
+	for _, tc := range []struct {
+		target, upstream string
+		status           int
+		inject           bool
+	}{
+		{"/allowed", "/allowed", 200, true},
+		{"/allowed/sub", "/allowed/sub", 200, true},
+		{"/allow%65d/./sub", "/allowed/sub", 200, true},
+		{"/allowedEXTRA", "/allowedEXTRA", 200, false},
+		{"/allowed/../x", "/x", 200, false},
+		{"/a%2a", "/a%2A", 200, false},
+		{"/allowed/%2e%2e/x", "", 400, false},
+		{"/allowed%2fx", "", 400, false},
+		{"//allowed", "", 421, false}, // Go sends this opaque form as https://allowed: another host
+		{"/allowed/..;/x", "", 400, false},
+		{"/allowed\\..\\x", "", 400, false},
+	} {
+		e.mu.Lock()
+		e.lastAuth, e.lastPath = "", ""
+		e.mu.Unlock()
+		req, _ := http.NewRequest("GET", "https://api.good.test:"+strconv.Itoa(e.port)+"/", nil)
+		req.URL.Opaque = tc.target
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.target, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		e.mu.Lock()
+		auth, path := e.lastAuth, e.lastPath
+		e.mu.Unlock()
+		if resp.StatusCode != tc.status || path != tc.upstream || (auth == "Bearer "+realToken) != tc.inject {
+			t.Errorf("%s: status %d, upstream path %q, injected %v; want %d %q %v", tc.target, resp.StatusCode, path, auth != "", tc.status, tc.upstream, tc.inject)
+		}
+	}
+	if _, err := ParsePolicy(api.NetworkSpec{Mode: api.NetworkEgress, Credentials: []api.CredentialRule{{Secret: "gh", Host: "a.test", PathPrefix: "/a/%2e%2e/b"}}}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("ambiguous path_prefix: %v", err)
+	}
+}
+
+// TestScrubbingSurvivesContentCodings: an upstream that compresses its
+// echo of the injected credential although asked for identity, and echoes
+// it in a 1xx response and a trailer, still leaks nothing; a coding the
+// proxy cannot decode is refused.
+func TestScrubbingSurvivesContentCodings(t *testing.T) {
+	e := newEnv(t, defaultSpec)
+	c := e.client(false)
+	c.Transport.(*http.Transport).DisableCompression = true
+	defer c.CloseIdleConnections()
+	var hints []string
+	get := func(u string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", u, nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			Got1xxResponse: func(_ int, h textproto.MIMEHeader) error { hints = append(hints, h.Get("Link")); return nil },
+		}))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	base := "https://api.good.test:" + strconv.Itoa(e.port)
+	resp, body := get(base + "/coded")
+	red := redact.Replacement("gh")
+	if resp.StatusCode != 200 || body != "auth=Bearer "+red || resp.Header.Get("Content-Encoding") != "" {
+		t.Errorf("gzip echo: %d %q (Content-Encoding %q)", resp.StatusCode, body, resp.Header.Get("Content-Encoding"))
+	}
+	if tr := resp.Trailer.Get("X-Echo-Trailer"); tr != "Bearer "+red {
+		t.Errorf("trailer %q", tr)
+	}
+	if len(hints) != 1 || strings.Contains(hints[0], realToken) {
+		t.Errorf("1xx hints %q", hints)
+	}
+	resp, body = get(base + "/coded?ce=x-private")
+	if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, realToken) {
+		t.Errorf("unknown coding: %d %q", resp.StatusCode, body)
+	}
 }

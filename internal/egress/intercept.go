@@ -4,17 +4,21 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/contentcoding"
 	"github.com/agentbox/agentbox/internal/redact"
+	"github.com/agentbox/agentbox/internal/urlpath"
 )
 
 const handshakeTimeout = 15 * time.Second
@@ -68,16 +72,20 @@ func (f *front) intercept(client net.Conn, t *target, creds []Credential) {
 	in := &interceptor{f: f, t: t, creds: creds, tr: tr}
 	in.rp = &httputil.ReverseProxy{
 		Rewrite:        in.rewrite,
-		Transport:      tr,
+		Transport:      scrub1xx{tr},
 		ModifyResponse: in.modifyResponse,
 		FlushInterval:  -1,
 		ErrorLog:       slog.NewLogLogger(f.p.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			f.p.log.Debug("egress upstream request failed", "sandbox", f.sb.id, "dest", t.dest, "err", err)
-			if st, ok := r.Context().Value(reqStateKey{}).(*reqState); ok {
-				st.failed = true
+			msg := "upstream request failed"
+			if errors.Is(err, contentcoding.ErrUnsupported) {
+				msg = "the upstream's response has a content coding the proxy cannot decode and scrub"
 			}
-			http.Error(w, "agentbox egress proxy: upstream request failed", http.StatusBadGateway)
+			if st, ok := r.Context().Value(reqStateKey{}).(*reqState); ok {
+				st.failed, st.reason = true, msg
+			}
+			http.Error(w, "agentbox egress proxy: "+msg, http.StatusBadGateway)
 		},
 	}
 	srv := &http.Server{
@@ -107,9 +115,31 @@ type reqStateKey struct{}
 // reqState is what one intercepted request carries from ServeHTTP to the
 // response hook.
 type reqState struct {
+	path    string            // the canonical path, sent upstream as it is
 	secrets map[string][]byte // values injected by secret name (scrubbed from the response)
 	names   []string
 	failed  bool
+	reason  string
+}
+
+// scrub1xx redacts the injected values from informational responses
+// before the ReverseProxy forwards them (see redact.Trace).
+type scrub1xx struct{ rt http.RoundTripper }
+
+func (s scrub1xx) RoundTrip(r *http.Request) (*http.Response, error) {
+	if st, ok := r.Context().Value(reqStateKey{}).(*reqState); ok && len(st.secrets) > 0 {
+		r = r.WithContext(redact.Trace(r.Context(), st.secrets))
+	}
+	return s.rt.RoundTrip(r)
+}
+
+// requestPath returns the escaped path of r's request target as the
+// client sent it.
+func requestPath(r *http.Request) string {
+	if p, _, _ := strings.Cut(r.RequestURI, "?"); strings.HasPrefix(p, "/") {
+		return p
+	}
+	return r.URL.EscapedPath()
 }
 
 func (in *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -124,14 +154,24 @@ func (in *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "agentbox egress proxy: Host does not match the CONNECT target", http.StatusMisdirectedRequest)
 		return
 	}
-	st := &reqState{secrets: map[string][]byte{}}
+	// Rules match the canonical path, and the upstream is sent exactly
+	// that path; a path servers could read two ways is refused.
+	path, err := urlpath.Canonical(requestPath(r))
+	if err != nil {
+		rec.Decision, rec.Reason, rec.Status = api.EgressDenied, "ambiguous request path", http.StatusBadRequest
+		in.f.record(rec)
+		http.Error(w, "agentbox egress proxy: ambiguous request path (encoded slash, backslash, dot segment or empty segment)", http.StatusBadRequest)
+		return
+	}
+	rec.Path = path
+	st := &reqState{path: path, secrets: map[string][]byte{}}
 	// Client-supplied values of every injected header are dropped, whether
 	// or not a rule applies to this method and path.
 	for _, c := range in.creds {
 		r.Header.Del(c.Header)
 	}
 	for _, c := range in.creds {
-		if !c.matches(r.Method, r.URL.Path) {
+		if !c.matches(r.Method, path) {
 			continue
 		}
 		val, err := in.f.p.secret(r.Context(), c.Secret)
@@ -154,7 +194,8 @@ func (in *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st.names = append(st.names, c.Secret)
 	}
 	if len(st.secrets) > 0 {
-		// Scrubbing needs the body as sent.
+		// Ask for the body unencoded; whatever coding comes back anyway
+		// is decoded before scrubbing (modifyResponse).
 		r.Header.Set("Accept-Encoding", "identity")
 	}
 	rec.Credentials = st.names
@@ -164,7 +205,7 @@ func (in *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	in.rp.ServeHTTP(cw, r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st)))
 	rec.Status, rec.BytesUp, rec.BytesDown = cw.status, body.n, cw.n
 	if st.failed {
-		rec.Decision, rec.Reason = api.EgressError, "upstream request failed"
+		rec.Decision, rec.Reason = api.EgressError, st.reason
 	}
 	in.f.record(rec)
 }
@@ -177,27 +218,26 @@ func (in *interceptor) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "https"
 	pr.Out.URL.Host = host
 	pr.Out.Host = host
+	if st, ok := pr.In.Context().Value(reqStateKey{}).(*reqState); ok {
+		pr.Out.URL.Path, _ = url.PathUnescape(st.path)
+		pr.Out.URL.RawPath = st.path
+	}
 	pr.Out.Header.Del("Proxy-Authorization")
 }
 
 // modifyResponse scrubs injected values, raw and in their common encodings
 // (base64, URL escaping, hex: see internal/redact), from the response's
-// headers and body; an occurrence is replaced by redact.Replacement(name).
+// headers, body (decoded from its content codings first) and trailers; an
+// occurrence is replaced by redact.Replacement(name). A body in a coding
+// the proxy cannot decode is refused (502). Responses to requests that
+// carried no credential pass untouched.
 func (in *interceptor) modifyResponse(resp *http.Response) error {
 	st, _ := resp.Request.Context().Value(reqStateKey{}).(*reqState)
 	if st == nil || len(st.secrets) == 0 {
 		return nil
 	}
-	red := redact.New(st.secrets)
-	for k, vs := range resp.Header {
-		for i, v := range vs {
-			resp.Header[k][i] = red.RedactString(v)
-		}
-	}
-	if resp.Body != nil && resp.Body != http.NoBody {
-		resp.Body = redact.NewReader(resp.Body, red)
-		resp.ContentLength = -1
-		resp.Header.Del("Content-Length")
+	if err := redact.Response(resp, redact.New(st.secrets), contentcoding.Limits{}); err != nil {
+		return fmt.Errorf("scrubbing the response: %w", err)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/urlpath"
 )
 
 // Rule is one parsed allow or deny entry.
@@ -75,9 +76,11 @@ type Credential struct {
 	Header     string // canonical MIME header key
 	Format     string
 	Methods    []string
-	PathPrefix string
+	PathPrefix string // canonical (urlpath.Canonical); matched on segment boundaries
 }
 
+// matches reports whether the credential applies to a request with method
+// and canonical path (urlpath.Canonical).
 func (c *Credential) matches(method, path string) bool {
 	if len(c.Methods) > 0 {
 		ok := false
@@ -90,7 +93,7 @@ func (c *Credential) matches(method, path string) bool {
 			return false
 		}
 	}
-	return c.PathPrefix == "" || strings.HasPrefix(path, c.PathPrefix)
+	return c.PathPrefix == "" || urlpath.HasPrefix(path, c.PathPrefix)
 }
 
 const (
@@ -187,8 +190,12 @@ func parseCredential(cr api.CredentialRule) (Credential, error) {
 		}
 		c.Methods = append(c.Methods, m)
 	}
-	if c.PathPrefix != "" && (!strings.HasPrefix(c.PathPrefix, "/") || strings.ContainsAny(c.PathPrefix, " \r\n\x00")) {
-		return bad("path_prefix must start with /")
+	if c.PathPrefix != "" {
+		canon, err := urlpath.Canonical(c.PathPrefix)
+		if err != nil {
+			return bad("path_prefix must be an absolute path without encoded slashes, backslashes, dot or empty segments")
+		}
+		c.PathPrefix = canon
 	}
 	return c, nil
 }
@@ -358,17 +365,6 @@ func (p *Policy) checkDest(host string, port int) Decision {
 	return Decision{Reason: "no allow rule matches"}
 }
 
-// addrAllowedByRule reports whether an allow rule names addr explicitly
-// (an IP or CIDR rule), which lifts the internal-address ban for it.
-func (p *Policy) addrAllowedByRule(addr netip.Addr, port int) bool {
-	for _, r := range p.Allow {
-		if r.Prefix.IsValid() && r.Prefix.Contains(addr) && r.matchPort(port) {
-			return true
-		}
-	}
-	return false
-}
-
 // credentialsFor returns the credential rules of a destination.
 func (p *Policy) credentialsFor(host string, port int) []Credential {
 	var out []Credential
@@ -378,33 +374,4 @@ func (p *Policy) credentialsFor(host string, port int) []Credential {
 		}
 	}
 	return out
-}
-
-// blocked lists the address ranges the proxy never dials unless a rule
-// allows the address explicitly.
-var blocked = func() []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-		"172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15",
-		"198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-		"::/128", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001:db8::/32",
-		"2002::/16", "fc00::/7", "fe80::/10", "ff00::/8",
-	} {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}()
-
-// internalAddr reports whether addr is loopback, link-local, private,
-// CGNAT, ULA, unspecified, multicast, documentation, or a translation
-// prefix that could reach one of those.
-func internalAddr(addr netip.Addr) bool {
-	addr = addr.Unmap()
-	for _, p := range blocked {
-		if p.Contains(addr) {
-			return true
-		}
-	}
-	return false
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -42,10 +43,16 @@ type Config struct {
 	// RootCAs verifies upstream certificates of intercepted destinations
 	// (nil: the system roots).
 	RootCAs *x509.CertPool
-	// PermitAddrs are internal address ranges the proxy may dial for every
-	// sandbox (e.g. an internal package mirror). Everything internal outside
-	// them needs an explicit IP or CIDR allow rule of the sandbox.
-	PermitAddrs []netip.Prefix
+	// Permit lists the internal address ranges (and ports) the proxy may
+	// dial for sandboxes whose policy allows them, e.g. an internal
+	// package mirror (see ParsePermit). Internal addresses outside it are
+	// never dialled, whatever a sandbox's rules say, and allow rules
+	// naming them are refused.
+	Permit []*Rule
+	// SelfPorts are the ports of the daemon's own TCP listeners: the proxy
+	// never dials them on a loopback, unspecified or host address, even
+	// where Permit covers the address.
+	SelfPorts []int
 	// DialTimeout bounds resolving plus connecting (default 10s).
 	DialTimeout time.Duration
 	// MaxRecords is the number of egress records kept per sandbox (default 1000).
@@ -60,8 +67,9 @@ type Config struct {
 // Proxy is the egress proxy of every sandbox of a daemon. It is safe for
 // concurrent use.
 type Proxy struct {
-	cfg Config
-	log *slog.Logger
+	cfg       Config
+	log       *slog.Logger
+	hostAddrs hostAddrCache
 
 	// mu guards sandboxes.
 	mu        sync.Mutex
@@ -93,26 +101,43 @@ func New(cfg Config) *Proxy {
 	return &Proxy{cfg: cfg, log: cfg.Logger, sandboxes: make(map[string]*sandbox)}
 }
 
-// Validate checks a network spec without applying it.
+// Validate checks a network spec without applying it: its syntax, and
+// that its allow rules name no internal address the daemon does not
+// permit (errdefs.ErrInvalidArgument).
 func (p *Proxy) Validate(spec api.NetworkSpec) error {
-	pol, err := ParsePolicy(spec)
+	pol, err := p.parse(spec)
 	if err != nil {
 		return err
 	}
-	if len(pol.Credentials) > 0 && p.cfg.Secrets == nil {
-		return fmt.Errorf("credential rules need a secret store: %w", errdefs.ErrFailedPrecondition)
+	return p.validateInternal(pol)
+}
+
+// parse parses spec and checks that its credential rules can be served.
+func (p *Proxy) parse(spec api.NetworkSpec) (*Policy, error) {
+	pol, err := ParsePolicy(spec)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if len(pol.Credentials) > 0 && p.cfg.Secrets == nil {
+		return nil, fmt.Errorf("credential rules need a secret store: %w", errdefs.ErrFailedPrecondition)
+	}
+	return pol, nil
 }
 
 // Configure installs (or replaces) the policy of a sandbox, loading or
 // creating its interception CA in stateDir (a host-only directory), and
-// returns the CA certificate in PEM form.
+// returns the CA certificate in PEM form. A policy recorded before rules
+// naming internal addresses were refused is installed as it is (the
+// sandbox is re-adopted): such rules reach nothing, since every dial is
+// checked.
 func (p *Proxy) Configure(sandboxID, stateDir string, spec api.NetworkSpec) ([]byte, error) {
-	if err := p.Validate(spec); err != nil {
+	pol, err := p.parse(spec)
+	if err != nil {
 		return nil, err
 	}
-	pol, _ := ParsePolicy(spec)
+	if err := p.validateInternal(pol); err != nil {
+		p.log.Warn("egress policy names internal addresses; they stay unreachable", "sandbox", sandboxID, "err", err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	sb := p.sandboxes[sandboxID]
@@ -247,15 +272,16 @@ func (f *front) check(ctx context.Context, host string, port int) (*target, erro
 			return t, errUnresolved
 		}
 	}
+	// Every address must pass: a name that resolves to anything internal
+	// is refused as a whole (no rebinding game picks the other one).
 	for _, a := range addrs {
-		a = a.Unmap()
-		if !internalAddr(a) || t.pol.addrAllowedByRule(a, port) || f.p.permitted(a) {
-			t.addr = netip.AddrPortFrom(a, uint16(port))
-			return t, nil
+		if why := f.p.forbidden(a, port); why != "" {
+			t.dec = Decision{Rule: t.dec.Rule, Reason: "resolves to " + why + " (" + a.Unmap().String() + ")"}
+			return t, errDenied
 		}
 	}
-	t.dec = Decision{Rule: t.dec.Rule, Reason: "resolves only to internal addresses"}
-	return t, errDenied
+	t.addr = netip.AddrPortFrom(addrs[0].Unmap(), uint16(port))
+	return t, nil
 }
 
 var (
@@ -263,19 +289,24 @@ var (
 	errUnresolved = errors.New("name does not resolve")
 )
 
-func (p *Proxy) permitted(a netip.Addr) bool {
-	for _, pfx := range p.cfg.PermitAddrs {
-		if pfx.Contains(a) {
-			return true
-		}
-	}
-	return false
+// dial connects to exactly the checked address; the address the socket
+// connects to is checked once more.
+func (p *Proxy) dial(ctx context.Context, t *target) (net.Conn, error) {
+	d := net.Dialer{Timeout: p.cfg.DialTimeout, ControlContext: p.controlDial}
+	return d.DialContext(ctx, "tcp", t.addr.String())
 }
 
-// dial connects to exactly the checked address.
-func (p *Proxy) dial(ctx context.Context, t *target) (net.Conn, error) {
-	d := net.Dialer{Timeout: p.cfg.DialTimeout}
-	return d.DialContext(ctx, "tcp", t.addr.String())
+// controlDial refuses to connect a socket to an address the proxy must not
+// dial.
+func (p *Proxy) controlDial(_ context.Context, _, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("egress dial to %q: %w", address, errDenied)
+	}
+	if why := p.forbidden(ap.Addr(), int(ap.Port())); why != "" {
+		return fmt.Errorf("egress dial to %s, %s: %w", address, why, errDenied)
+	}
+	return nil
 }
 
 func (f *front) deny(w http.ResponseWriter, kind string, t *target, err error, method, path string) {
