@@ -6,6 +6,8 @@ package config
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -131,11 +133,13 @@ type Config struct {
 	// MaxLayerDepth bounds layer chains: a checkpoint or template whose
 	// chain is deeper is squashed. 0 means 32; overlayfs allows 500.
 	MaxLayerDepth int `json:"max_layer_depth,omitempty"`
-	// CgroupParent, when set, is a cgroup (relative to the hierarchy
-	// roots) this daemon owns alone: it holds a host-wide lock on it and
-	// at start-up removes every cgroup under it that no record claims.
-	// Empty means the shared parent "agentbox", where only the cgroups of
-	// this daemon's own sandbox directories are cleaned up.
+	// CgroupParent is the cgroup (relative to the hierarchy roots) under
+	// which this daemon makes its sandboxes' and prespawned guests'
+	// cgroups. The daemon owns it alone: it holds a host-wide lock on it
+	// and at start-up removes every cgroup under it that no record
+	// claims. Empty means one derived from the data dir
+	// (DerivedCgroupParent), so two daemons with different data dirs never
+	// share one. Use EffectiveCgroupParent to read it.
 	CgroupParent string `json:"cgroup_parent,omitempty"`
 	// CPUYield makes sandboxes that stay CPU-bound yield the CPU to the
 	// other sandboxes and, while any does, all sandboxes to the host (see
@@ -431,3 +435,26 @@ var _ slog.LogValuer = (*Config)(nil)
 
 // CPUYieldOn reports whether the CPU yield policy is on (the default).
 func (c *Config) CPUYieldOn() bool { return c.CPUYield == nil || *c.CPUYield }
+
+// LegacyCgroupParent is the parent every daemon shared before parents were
+// derived from the data dir: sandboxes a daemon made there are still
+// recovered, nothing else is made or swept there.
+const LegacyCgroupParent = "agentbox"
+
+// DerivedCgroupParent is the cgroup parent of a daemon whose data dir is
+// dataDir (absolute, symlinks resolved by the caller): "agentbox-" and the
+// first 12 hex digits of the SHA-256 of the cleaned path. It is stable
+// across restarts, so a restarted daemon finds its sandboxes again.
+func DerivedCgroupParent(dataDir string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(dataDir)))
+	return LegacyCgroupParent + "-" + hex.EncodeToString(sum[:6])
+}
+
+// EffectiveCgroupParent is CgroupParent when set, else the parent derived
+// from dataDir (the data dir as the daemon resolved it).
+func (c *Config) EffectiveCgroupParent(dataDir string) string {
+	if c.CgroupParent != "" {
+		return c.CgroupParent
+	}
+	return DerivedCgroupParent(dataDir)
+}

@@ -142,3 +142,27 @@ func TestAPIKeysAndRedaction(t *testing.T) {
 		t.Fatalf("empty keys: %v", err)
 	}
 }
+
+// Two data dirs never share a derived cgroup parent; one data dir always
+// gets the same one (a restarted daemon finds its sandboxes), however its
+// path is spelled; an explicit parent wins.
+func TestDerivedCgroupParent(t *testing.T) {
+	a, b := DerivedCgroupParent("/var/lib/agentbox"), DerivedCgroupParent("/var/lib/agentbox2")
+	if a == b {
+		t.Errorf("two data dirs share the parent %s", a)
+	}
+	if a == LegacyCgroupParent || !strings.HasPrefix(a, LegacyCgroupParent+"-") || len(a) != len(LegacyCgroupParent)+13 {
+		t.Errorf("derived parent %q: want %s-<12 hex digits>", a, LegacyCgroupParent)
+	}
+	if again := DerivedCgroupParent("/var/lib/agentbox/"); again != a {
+		t.Errorf("same data dir, other spelling: %s, was %s", again, a)
+	}
+	c := Default()
+	if got := c.EffectiveCgroupParent("/var/lib/agentbox"); got != a {
+		t.Errorf("EffectiveCgroupParent = %s, want the derived %s", got, a)
+	}
+	c.CgroupParent = "mine"
+	if got := c.EffectiveCgroupParent("/var/lib/agentbox"); got != "mine" {
+		t.Errorf("EffectiveCgroupParent = %s, want the configured one", got)
+	}
+}

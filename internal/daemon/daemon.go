@@ -86,6 +86,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := checkTraversable(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	realDataDir, err := filepath.EvalSymlinks(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
 	guestBin := opts.GuestBinary
 	if guestBin == "" {
 		if guestBin, err = os.Executable(); err != nil {
@@ -114,7 +118,12 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	// Two guests are kept prespawned so a create skips the clone, the exec
 	// of the runner, its start-up and its move into a cgroup (see
 	// native.Prespawn); two, so back-to-back creates find one fully warm.
-	backend, err := native.New(native.Config{Logger: log, CgroupParent: cfg.CgroupParent, OwnParent: cfg.CgroupParent != "", CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: &native.Prespawn{
+	// Every daemon has a cgroup parent of its own (derived from its data
+	// dir unless configured), locked for its life: a neighbour's start-up
+	// sweep never sees this one's sandboxes or prespawned guests.
+	parent := cfg.EffectiveCgroupParent(realDataDir)
+	log.Info("cgroup parent", "parent", parent, "derived", cfg.CgroupParent == "")
+	backend, err := native.New(native.Config{Logger: log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: &native.Prespawn{
 		Size:      2,
 		RunnerDir: runnerDir,
 		UIDMap:    ids,

@@ -21,8 +21,10 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/lazyregexp"
@@ -35,7 +37,9 @@ const Name = "native"
 // Config configures the backend.
 type Config struct {
 	// CgroupParent is the cgroup (relative to every hierarchy root) under
-	// which each sandbox gets <CgroupParent>/<id>. Default "agentbox".
+	// which each sandbox gets <CgroupParent>/<id>, and each prespawned
+	// guest a cgroup of its own. Default LegacyCgroupParent. Two daemons
+	// must not share one (the daemon derives it from its data dir).
 	CgroupParent string
 	// Logger receives lifecycle events; default slog.Default().
 	Logger *slog.Logger
@@ -44,9 +48,11 @@ type Config struct {
 	Prespawn *Prespawn
 	// OwnParent declares CgroupParent this backend's alone: New takes a
 	// host-wide lock on it (failing with errdefs.ErrUnavailable while
-	// another process holds it) and SweepOrphans may remove any cgroup
-	// under it that no record claims. Leave it false on a parent shared
-	// by several daemons.
+	// another process holds it), removes the cgroups an earlier owner's
+	// prespawned guests left under it, SweepOrphans may remove any cgroup
+	// under it that no record claims, and Close removes the parent once
+	// it is empty. Leave it false on a parent shared by several backends:
+	// then nothing under it but this backend's own cgroups is touched.
 	OwnParent bool
 	// CPUYield turns on the CPU yield policy (see cpuyield.go): sandboxes
 	// found CPU-bound are made SCHED_IDLE, and while any is, the parent
@@ -67,12 +73,15 @@ type Config struct {
 // sandbox ids.
 type Backend struct {
 	cgroupParent string
-	mode         string // cgroupMode(): "v1", "hybrid" or "v2"
-	log          *slog.Logger
-	pool         *zygotePool  // nil without Prespawn
-	parentLock   *os.File     // held for the process's life when OwnParent
-	yield        *yielder     // nil unless Config.CPUYield and the kernel has cpu.idle
-	forker       *guestForker // nil without Config.Forker
+	// legacy holds the ids of sandboxes Recover found under
+	// LegacyCgroupParent rather than cgroupParent, for Cleanup.
+	legacy     sync.Map
+	mode       string // cgroupMode(): "v1", "hybrid" or "v2"
+	log        *slog.Logger
+	pool       *zygotePool  // nil without Prespawn
+	parentLock *os.File     // held for the process's life when OwnParent
+	yield      *yielder     // nil unless Config.CPUYield and the kernel has cpu.idle
+	forker     *guestForker // nil without Config.Forker
 }
 
 var (
@@ -87,11 +96,16 @@ var (
 	parentPattern = lazyregexp.New(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
 )
 
+// LegacyCgroupParent is the parent all daemons shared before each had its
+// own: a backend recovers and cleans up the sandboxes an earlier daemon
+// made there, and makes, sweeps or removes nothing else there.
+const LegacyCgroupParent = "agentbox"
+
 // New returns a backend. It fails with errdefs.ErrFailedPrecondition when the
 // host has no usable cgroup hierarchy.
 func New(cfg Config) (*Backend, error) {
 	if cfg.CgroupParent == "" {
-		cfg.CgroupParent = "agentbox"
+		cfg.CgroupParent = LegacyCgroupParent
 	}
 	if !parentPattern.MatchString(cfg.CgroupParent) || cfg.CgroupParent != path.Clean(cfg.CgroupParent) ||
 		strings.HasPrefix(cfg.CgroupParent, "..") || strings.Contains(cfg.CgroupParent, "/..") {
@@ -126,7 +140,10 @@ func New(cfg Config) (*Backend, error) {
 		}
 	}
 	if cfg.Prespawn != nil {
-		b.removeZygoteCgroups(context.Background())
+		if b.parentLock != nil {
+			// Only an owned parent holds no other daemon's zygotes.
+			b.removeZygoteCgroups(context.Background())
+		}
 		pool, err := newZygotePool(*cfg.Prespawn, mode, cfg.CgroupParent, b.forker, b.log)
 		if err != nil {
 			b.yield.close()
@@ -137,12 +154,22 @@ func New(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// Close stops the prespawned guests, the CPU yield policy and the guests'
-// forker. Sandboxes are not affected.
+// Close stops the prespawned guests (waiting for those being started),
+// the CPU yield policy and the guests' forker, removes an owned parent
+// cgroup that no sandbox uses any more and releases its lock. Sandboxes
+// are not affected. Call it once; the backend is not used afterwards.
 func (b *Backend) Close() error {
 	b.yield.close()
 	err := b.pool.close()
 	b.forker.close()
+	if b.parentLock != nil {
+		// Fails (and is meant to) while any sandbox cgroup remains.
+		for _, root := range b.hierarchyRoots() {
+			_ = unix.Rmdir(filepath.Join(root, b.cgroupParent))
+		}
+		b.parentLock.Close() // the parent is the next owner's
+		b.parentLock = nil
+	}
 	return err
 }
 
@@ -181,6 +208,12 @@ func (b *Backend) cgroupPath(id string) string {
 	return "/" + b.cgroupParent + "/" + id
 }
 
+// legacyCgroupPath is where a daemon of a version before per-daemon
+// parents put the sandbox.
+func legacyCgroupPath(id string) string {
+	return "/" + LegacyCgroupParent + "/" + id
+}
+
 func validateSpec(spec runtime.Spec) error {
 	if !idPattern.MatchString(spec.ID) {
 		return fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
@@ -210,19 +243,13 @@ func (b *Backend) Cleanup(ctx context.Context, spec runtime.Spec) error {
 	if !idPattern.MatchString(spec.ID) {
 		return fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
+	parents := []string{b.cgroupParent}
+	if _, ok := b.legacy.Load(spec.ID); ok {
+		parents = append(parents, LegacyCgroupParent)
+	}
 	var errs []error
-	cg, err := loadCgroup(b.mode, b.cgroupPath(spec.ID))
-	switch {
-	case err != nil:
-		// Not found, or left in some hierarchies only by a crash
-		// mid-delete: remove what is there directory by directory.
-		if err := b.removeCgroupDirs(ctx, spec.ID); err != nil {
-			errs = append(errs, err)
-		}
-	default:
-		if err := cg.killAll(ctx); err != nil {
-			errs = append(errs, err)
-		} else if err := cg.delete(); err != nil {
+	for _, parent := range parents {
+		if err := b.removeSandboxCgroup(ctx, parent, spec.ID); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -232,6 +259,21 @@ func (b *Backend) Cleanup(ctx context.Context, spec runtime.Spec) error {
 	}
 	b.log.InfoContext(ctx, "sandbox cleaned up", "sandbox", spec.ID)
 	return nil
+}
+
+// removeSandboxCgroup kills every process of the cgroup <parent>/<id> and
+// removes it.
+func (b *Backend) removeSandboxCgroup(ctx context.Context, parent, id string) error {
+	cg, err := loadCgroup(b.mode, "/"+parent+"/"+id)
+	if err != nil {
+		// Not found, or left in some hierarchies only by a crash
+		// mid-delete: remove what is there directory by directory.
+		return removeCgroupDirs(ctx, b.hierarchyRoots(), parent, id)
+	}
+	if err := cg.killAll(ctx); err != nil {
+		return err
+	}
+	return cg.delete()
 }
 
 // removeFiles removes the socket and the state dir of spec.

@@ -23,9 +23,17 @@ import (
 // its socket and log dirs on the filesystem of the test temp dirs.
 func prespawnBackend(t testing.TB, runnerDir string) *Backend {
 	t.Helper()
+	return prespawnBackendIn(t, runnerDir, testCgroupParent, false)
+}
+
+// prespawnBackendIn is prespawnBackend with the cgroup parent given (owned
+// by the backend when own).
+func prespawnBackendIn(t testing.TB, runnerDir, parent string, own bool) *Backend {
+	t.Helper()
 	dir := runtimetest.TempDir(t)
 	b, err := New(Config{
-		CgroupParent: testCgroupParent,
+		CgroupParent: parent,
+		OwnParent:    own,
 		Logger:       testLogger(),
 		Prespawn: &Prespawn{
 			Size:      1,
@@ -146,13 +154,16 @@ func TestNewRemovesPartialZygoteCgroups(t *testing.T) {
 	}
 	roots := newBackendTB(t).hierarchyRoots()
 	testutil.Requires(t, len(roots) >= 2, fmt.Sprintf("at least 2 cgroup v1 hierarchies (found %d)", len(roots)))
+	// Only a backend owning its parent removes zygote cgroups there: on
+	// a shared one they may be another live backend's.
+	parent := ownedParent(t, "zyg")
 	name := zygotePrefix + "left" + strconv.Itoa(os.Getpid())
 	var dirs []string
 	for _, root := range roots {
 		if filepath.Base(root) == "freezer" {
 			continue // gone already: renamed or deleted first
 		}
-		dir := filepath.Join(root, testCgroupParent, name)
+		dir := filepath.Join(root, parent, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -161,6 +172,7 @@ func TestNewRemovesPartialZygoteCgroups(t *testing.T) {
 	t.Cleanup(func() {
 		for _, d := range dirs {
 			_ = os.Remove(d)
+			_ = os.Remove(filepath.Dir(d))
 		}
 	})
 	sleep := exec.Command("sleep", "60")
@@ -177,7 +189,7 @@ func TestNewRemovesPartialZygoteCgroups(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b := prespawnBackend(t, fixture(t).RunnerDir)
+	b := prespawnBackendIn(t, fixture(t).RunnerDir, parent, true)
 	waitZygote(t, b) // its own zygote is not disturbed either
 	for _, d := range dirs {
 		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {

@@ -24,8 +24,9 @@ type state struct {
 }
 
 // Recover re-adopts a sandbox from its State. The guest must still run as
-// the same process (pid and start time) and be in the sandbox's cgroup;
-// otherwise it fails with errdefs.ErrNotFound. The adopted guest is not our
+// the same process (pid and start time) and be in the sandbox's cgroup,
+// under the backend's parent or, for a sandbox of an earlier version,
+// LegacyCgroupParent; otherwise it fails with errdefs.ErrNotFound. The adopted guest is not our
 // child, so its exit is watched through a pidfd.
 func (b *Backend) Recover(ctx context.Context, spec runtime.Spec, raw []byte) (runtime.Sandbox, error) {
 	if !idPattern.MatchString(spec.ID) {
@@ -35,7 +36,14 @@ func (b *Backend) Recover(ctx context.Context, spec runtime.Spec, raw []byte) (r
 	if err := json.Unmarshal(raw, &st); err != nil || st.Pid <= 1 {
 		return nil, fmt.Errorf("recovering sandbox %s: unusable state: %w", spec.ID, errdefs.ErrNotFound)
 	}
-	if st.Cgroup != b.cgroupPath(spec.ID) {
+	switch st.Cgroup {
+	case b.cgroupPath(spec.ID):
+	case legacyCgroupPath(spec.ID):
+		// Made by a daemon of a version that put every sandbox under
+		// the shared parent: adopted there, and cleaned up there too
+		// (Cleanup) should it not be adoptable.
+		b.legacy.Store(spec.ID, true)
+	default:
 		return nil, fmt.Errorf("recovering sandbox %s: state names cgroup %q: %w", spec.ID, st.Cgroup, errdefs.ErrNotFound)
 	}
 	// Open the pidfd first: once we hold it, the pid cannot be reused

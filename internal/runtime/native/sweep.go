@@ -102,7 +102,7 @@ func (b *Backend) removeCgroup(ctx context.Context, name string) error {
 	}
 	// Gone from some hierarchies only (a crash mid-delete or mid-rename),
 	// or it would not go as a whole: directory by directory.
-	return b.removeCgroupDirs(ctx, name)
+	return removeCgroupDirs(ctx, b.hierarchyRoots(), b.cgroupParent, name)
 }
 
 // removeZygoteCgroups kills what is left in, and removes, the cgroups of
@@ -122,13 +122,13 @@ func (b *Backend) removeZygoteCgroups(ctx context.Context) {
 }
 
 // removeCgroupDirs removes the cgroup <parent>/<name> directory by
-// directory, SIGKILLing whatever runs in each first. It is the fallback for
-// a cgroup a crash left in some hierarchies only (without its freezer it
-// cannot be loaded as a whole).
-func (b *Backend) removeCgroupDirs(ctx context.Context, name string) error {
+// directory under each of roots, SIGKILLing whatever runs in each first.
+// It is the fallback for a cgroup a crash left in some hierarchies only
+// (without its freezer it cannot be loaded as a whole).
+func removeCgroupDirs(ctx context.Context, roots []string, parent, name string) error {
 	var errs []error
-	for _, root := range b.hierarchyRoots() {
-		dir := filepath.Join(root, b.cgroupParent, name)
+	for _, root := range roots {
+		dir := filepath.Join(root, parent, name)
 		if _, err := os.Stat(dir); err != nil {
 			continue
 		}
