@@ -57,12 +57,21 @@ type zygotePool struct {
 	cgroupParent string
 	forker       *guestForker // nil: zygotes are forked by this process
 
+	// spawning counts the zygotes being started; close waits for them, so
+	// that no guest is left behind by a daemon that exits right after.
+	// Add is called with mu held and closed false only.
+	spawning sync.WaitGroup
+
 	// mu guards the fields below.
 	mu      sync.Mutex
 	ready   []*zygote
 	filling int
 	closed  bool
 }
+
+// testHookSpawned, when set, is called with a new zygote's pid before it
+// is waited for (tests close the pool there).
+var testHookSpawned func(p *zygotePool, pid int)
 
 const zygotePrefix = ".zygote-"
 
@@ -185,23 +194,34 @@ func (p *zygotePool) fill() {
 			return
 		}
 		p.filling++
+		p.spawning.Add(1)
 		p.mu.Unlock()
-		z, err := p.spawn()
-		p.mu.Lock()
-		p.filling--
-		if err != nil {
-			p.mu.Unlock()
-			p.log.Warn("starting a zygote guest", "err", err)
+		if !p.fillOne() {
 			return
 		}
-		if p.closed {
-			p.mu.Unlock()
-			z.discard()
-			return
-		}
-		p.ready = append(p.ready, z)
-		p.mu.Unlock()
 	}
+}
+
+// fillOne starts one zygote and adds it to the ready ones, or discards it
+// when the pool closed meanwhile. It reports whether filling may go on.
+func (p *zygotePool) fillOne() bool {
+	defer p.spawning.Done()
+	z, err := p.spawn()
+	p.mu.Lock()
+	p.filling--
+	if err != nil {
+		p.mu.Unlock()
+		p.log.Warn("starting a zygote guest", "err", err)
+		return false
+	}
+	if p.closed {
+		p.mu.Unlock()
+		z.discard()
+		return false
+	}
+	p.ready = append(p.ready, z)
+	p.mu.Unlock()
+	return true
 }
 
 func (p *zygotePool) spawn() (*zygote, error) {
@@ -238,6 +258,9 @@ func (p *zygotePool) spawn() (*zygote, error) {
 		return nil, err
 	}
 	z.g = g
+	if testHookSpawned != nil {
+		testHookSpawned(p, g.pid)
+	}
 	if err := z.cg.addProc(g.pid); err != nil {
 		z.discard()
 		return nil, err
@@ -284,7 +307,8 @@ func (z *zygote) discard() {
 	_ = os.Remove(z.logPath)
 }
 
-// close discards every waiting zygote; later takes return nil.
+// close discards every waiting zygote and waits until those being
+// started are discarded too; later takes return nil.
 func (p *zygotePool) close() error {
 	if p == nil {
 		return nil
@@ -294,6 +318,7 @@ func (p *zygotePool) close() error {
 	ready := p.ready
 	p.ready = nil
 	p.mu.Unlock()
+	p.spawning.Wait()
 	var errs []error
 	for _, z := range ready {
 		z.discard()

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 	"github.com/agentbox/agentbox/internal/testutil"
@@ -200,5 +202,62 @@ func TestNewRemovesPartialZygoteCgroups(t *testing.T) {
 	case <-exited:
 	case <-time.After(5 * time.Second):
 		t.Error("the process left in the zygote cgroup was not killed")
+	}
+}
+
+// TestPoolCloseWaitsForSpawn closes the pool while a zygote is being
+// started: when Close returns, that guest, its cgroup and its socket are
+// gone (a daemon exiting right after used to leave the guest behind).
+func TestPoolCloseWaitsForSpawn(t *testing.T) {
+	testutil.RequiresRoot(t)
+	if cgroupMode() == "v2" {
+		t.Skip("zygotes are kept on cgroup v1 hierarchies only")
+	}
+	runnerDir := fixture(t).RunnerDir
+	spawned := make(chan int, 1)
+	testHookSpawned = func(p *zygotePool, pid int) {
+		select {
+		case spawned <- pid:
+		default:
+			return
+		}
+		// Hold this spawn until the pool is closing.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				time.Sleep(50 * time.Millisecond) // let a Close that does not wait return
+				return
+			}
+		}
+	}
+	t.Cleanup(func() { testHookSpawned = nil })
+	parent := ownedParent(t, "close")
+	dir := runtimetest.TempDir(t)
+	b, err := New(Config{CgroupParent: parent, OwnParent: true, Logger: testLogger(), Prespawn: &Prespawn{
+		Size: 1, RunnerDir: runnerDir, UIDMap: runtimetest.TestIDMap, GIDMap: runtimetest.TestIDMap,
+		SocketDir: filepath.Join(dir, "sock"), LogDir: filepath.Join(dir, "log"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	select {
+	case pid = <-spawned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no zygote was started")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+		t.Errorf("zygote %d being started when Close was called still exists after Close returned (kill 0: %v)", pid, err)
+	}
+	if left := b.childCgroups(zygotePrefix + "*"); len(left) > 0 {
+		t.Errorf("zygote cgroups left under %s after Close: %v", parent, left)
+	}
+	if socks, _ := filepath.Glob(filepath.Join(dir, "sock", zygotePrefix+"*")); len(socks) > 0 {
+		t.Errorf("zygote sockets left after Close: %v", socks)
 	}
 }
