@@ -58,6 +58,8 @@ type Daemon struct {
 	tenants *tenantAPI
 	// gc runs layer collections after deletes (storage.go).
 	gc *collector
+	// runLock is held for the daemon's life (lockRunDir).
+	runLock *os.File
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -103,6 +105,17 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	defer func() {
 		if err != nil {
 			st.Close()
+		}
+	}()
+	// The data dir is this daemon's now (the store's lock); so must be the
+	// directory of its sockets before anything there is swept.
+	runLock, err := lockRunDir(filepath.Dir(cfg.SocketPath))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			runLock.Close()
 		}
 	}()
 	// Refused here rather than at the first create, where a cgo or
@@ -220,7 +233,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Logger:  log,
 		Version: version.Version,
 	})
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc}, nil
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -299,7 +312,9 @@ func (d *Daemon) Close() error {
 	if err := d.backend.Close(); err != nil {
 		d.log.Warn("stopping prespawned guests", "err", err)
 	}
-	return d.store.Close()
+	err := d.store.Close()
+	d.runLock.Close()
+	return err
 }
 
 // service adapts the Manager and the execution pipeline to
