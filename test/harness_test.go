@@ -7,6 +7,7 @@
 package test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -26,6 +27,7 @@ import (
 
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 
+	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
@@ -79,10 +81,13 @@ type daemon struct {
 	dataDir string
 	socket  string
 	logPath string
-	cmd     *exec.Cmd
-	client  *agentbox.Client
-	args    []string // extra `agentbox serve` flags
-	wrap    []string // command the daemon is started under (e.g. prlimit ...)
+	// parent is the daemon's cgroup parent: $AGENTBOX_CGROUP_PARENT when
+	// set at its start, else the one derived from its data dir.
+	parent string
+	cmd    *exec.Cmd
+	client *agentbox.Client
+	args   []string // extra `agentbox serve` flags
+	wrap   []string // command the daemon is started under (e.g. prlimit ...)
 }
 
 func randHex(n int) string {
@@ -140,14 +145,17 @@ func newDaemonWrapped(t testing.TB, wrap []string, args ...string) *daemon {
 			}
 		}
 		d.stop(syscall.SIGTERM)
-		// Every sandbox of this daemon is gone: no process anywhere still
+		// Every sandbox of this daemon is gone: no process of its still
 		// has a mount from its data dir (pooled, half-created or
 		// forgotten sandboxes included). Prespawned guests of a daemon
 		// killed with SIGKILL exit on their own once they see their config
 		// pipe closed, and exiting processes take a moment to be reaped:
-		// allow a few seconds.
-		pids := processesUsing(d.dataDir)
-		for deadline := time.Now().Add(10 * time.Second); len(pids) > 0 && time.Now().Before(deadline); pids = processesUsing(d.dataDir) {
+		// allow a few seconds. Processes of other daemons on the host
+		// (other tests, a CI neighbour) are not this daemon's to answer
+		// for; the test TestAdversarialTwoDaemonsZygotesPinNoMounts is
+		// what keeps them from holding this one's mounts.
+		pids := d.processesUsingDataDir()
+		for deadline := time.Now().Add(10 * time.Second); len(pids) > 0 && time.Now().Before(deadline); pids = d.processesUsingDataDir() {
 			time.Sleep(50 * time.Millisecond)
 		}
 		if len(pids) > 0 {
@@ -162,6 +170,18 @@ func newDaemonWrapped(t testing.TB, wrap []string, args ...string) *daemon {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
+		// Nor is any cgroup left under its parent (its sandboxes' and
+		// prespawned guests'); the parent itself, empty, goes too.
+		left := d.cgroupsLeft()
+		for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = d.cgroupsLeft() {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if len(left) > 0 {
+			t.Errorf("cgroups left under the daemon's parent %s after all sandboxes were deleted and the daemon stopped: %v", d.parent, left)
+		}
+		for _, root := range hierarchyRoots() {
+			_ = syscall.Rmdir(filepath.Join(root, d.parent))
+		}
 		if t.Failed() {
 			if b, err := os.ReadFile(d.logPath); err == nil {
 				t.Logf("daemon log:\n%s", tail(string(b), 60))
@@ -173,7 +193,7 @@ func newDaemonWrapped(t testing.TB, wrap []string, args ...string) *daemon {
 }
 
 // processesUsing returns the pids whose mount table references path (a
-// sandbox guest's overlay names its data dir).
+// sandbox guest's overlay names its data dir), on the whole host.
 func processesUsing(path string) []int {
 	entries, _ := os.ReadDir("/proc")
 	var out []int
@@ -188,6 +208,71 @@ func processesUsing(path string) []int {
 		}
 	}
 	return out
+}
+
+// processesUsingDataDir is processesUsing of the daemon's data dir,
+// leaving out the processes of other daemons: those in a cgroup under
+// another daemon's parent.
+func (d *daemon) processesUsingDataDir() []int {
+	var out []int
+	for _, pid := range processesUsing(d.dataDir) {
+		if p := cgroupParentOf(procCgroup(strconv.Itoa(pid))); p != "" && p != d.parent && isDaemonParent(p) {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// cgroupParentOf is the first component of a cgroup path ("/p/id" -> "p").
+func cgroupParentOf(cg string) string {
+	p, _, _ := strings.Cut(strings.TrimPrefix(cg, "/"), "/")
+	return p
+}
+
+// isDaemonParent reports whether the top-level cgroup p holds a daemon's
+// sandboxes: one a daemon has owned (it made a lock file for it; probing
+// the lock itself could make a daemon starting meanwhile fail), or the
+// legacy shared one.
+func isDaemonParent(p string) bool {
+	if p == config.LegacyCgroupParent {
+		return true
+	}
+	_, err := os.Stat(filepath.Join("/run/lock/agentbox", "cgroup-"+strings.ReplaceAll(p, "/", "_")+".lock"))
+	return err == nil
+}
+
+// cgroupsLeft lists the cgroups under the daemon's parent, in every
+// hierarchy.
+func (d *daemon) cgroupsLeft() []string {
+	return cgroupChildren(d.parent)
+}
+
+// procCgroup is the cgroup of pid in the freezer hierarchy (v1) or the
+// unified one (v2).
+func procCgroup(pid string) string {
+	f, err := os.Open(filepath.Join("/proc", pid, "cgroup"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	unified := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "freezer" {
+				return parts[2]
+			}
+		}
+		if parts[1] == "" {
+			unified = parts[2]
+		}
+	}
+	return unified
 }
 
 func tail(s string, n int) string {
@@ -219,6 +304,9 @@ func (d *daemon) start() {
 		d.t.Fatal(err)
 	}
 	d.cmd = cmd
+	if d.parent = os.Getenv(config.EnvCgroupParent); d.parent == "" {
+		d.parent = config.DerivedCgroupParent(d.dataDir) // /tmp/abx-*: no symlinks
+	}
 	c, err := agentbox.New(agentbox.WithHost("unix://" + d.socket))
 	if err != nil {
 		d.t.Fatal(err)
@@ -357,4 +445,17 @@ func tcpDaemon(t *testing.T) (*daemon, string, string) {
 		t.Fatal(err)
 	}
 	return newDaemonWith(t, "--tcp", addr, "--api-keys-file", keyFile), addr, key
+}
+
+// sandboxCgroupFile is the path of file in the cgroup of sandbox id in the
+// v1 hierarchy named hierarchy, or in the unified one when hierarchy is
+// "": under whichever parent holds it (the daemon's own,
+// agentbox-<hash of its data dir>, or the legacy agentbox). Sandbox ids
+// are unique, so the glob matches one cgroup; "" when none.
+func sandboxCgroupFile(hierarchy, id, file string) string {
+	m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", hierarchy, "agentbox*", id, file))
+	if len(m) == 0 {
+		return filepath.Join("/sys/fs/cgroup", hierarchy, "agentbox", id, file)
+	}
+	return m[0]
 }

@@ -52,7 +52,9 @@ func countSandboxProcs(t testing.TB, d *daemon, id string) int {
 // cgroupDirs returns the sandbox's cgroup directories that exist.
 func cgroupDirs(id string) []string {
 	var out []string
-	for _, pattern := range []string{"/sys/fs/cgroup/*/agentbox/" + id, "/sys/fs/cgroup/agentbox/" + id, "/sys/fs/cgroup/*/*/agentbox/" + id} {
+	// Under the daemon's own parent (agentbox-<hash of its data dir>) or
+	// the legacy shared one (agentbox); sandbox ids are unique.
+	for _, pattern := range []string{"/sys/fs/cgroup/*/agentbox*/" + id, "/sys/fs/cgroup/agentbox*/" + id, "/sys/fs/cgroup/*/*/agentbox*/" + id} {
 		m, _ := filepath.Glob(pattern)
 		out = append(out, m...)
 	}
@@ -63,8 +65,8 @@ func cgroupDirs(id string) []string {
 func memoryOOMKills(t testing.TB, id string) int {
 	t.Helper()
 	for _, f := range []string{
-		"/sys/fs/cgroup/memory/agentbox/" + id + "/memory.oom_control", // v1
-		"/sys/fs/cgroup/agentbox/" + id + "/memory.events",             // v2
+		sandboxCgroupFile("memory", id, "memory.oom_control"), // v1
+		sandboxCgroupFile("", id, "memory.events"),            // v2
 	} {
 		b, err := os.ReadFile(f)
 		if err != nil {

@@ -23,7 +23,7 @@ import (
 // cgroup on the host (v1 cpuacct.usage, or v2 cpu.stat usage_usec).
 func cpuUsage(t *testing.T, id string) int64 {
 	t.Helper()
-	for _, pattern := range []string{"/sys/fs/cgroup/cpuacct*/agentbox/" + id + "/cpuacct.usage", "/sys/fs/cgroup/*/agentbox/" + id + "/cpuacct.usage"} {
+	for _, pattern := range []string{"/sys/fs/cgroup/cpuacct*/agentbox*/" + id + "/cpuacct.usage", "/sys/fs/cgroup/*/agentbox*/" + id + "/cpuacct.usage"} {
 		if m, _ := filepath.Glob(pattern); len(m) > 0 {
 			b, err := os.ReadFile(m[0])
 			if err != nil {
@@ -36,7 +36,7 @@ func cpuUsage(t *testing.T, id string) int64 {
 			return n
 		}
 	}
-	b, err := os.ReadFile("/sys/fs/cgroup/agentbox/" + id + "/cpu.stat")
+	b, err := os.ReadFile(sandboxCgroupFile("", id, "cpu.stat"))
 	if err != nil {
 		t.Fatalf("no cpu accounting for sandbox %s: %v", id, err)
 	}

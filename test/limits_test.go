@@ -305,7 +305,7 @@ func TestLimitsMemoryPidsOpenFiles(t *testing.T) {
 	// (busybox sh gives up at its first failed fork: exit 2.)
 	// The guest's own threads count against pids_max too: note them first.
 	baseline := 0
-	for _, p := range []string{"/sys/fs/cgroup/pids/agentbox/" + sb.ID() + "/pids.current", "/sys/fs/cgroup/agentbox/" + sb.ID() + "/pids.current"} {
+	for _, p := range []string{sandboxCgroupFile("pids", sb.ID(), "pids.current"), sandboxCgroupFile("", sb.ID(), "pids.current")} {
 		if b, err := os.ReadFile(p); err == nil {
 			baseline, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 			break
@@ -317,7 +317,7 @@ func TestLimitsMemoryPidsOpenFiles(t *testing.T) {
 	}
 	var current []byte
 	var pidsFile string
-	for _, p := range []string{"/sys/fs/cgroup/pids/agentbox/" + sb.ID() + "/pids.current", "/sys/fs/cgroup/agentbox/" + sb.ID() + "/pids.current"} {
+	for _, p := range []string{sandboxCgroupFile("pids", sb.ID(), "pids.current"), sandboxCgroupFile("", sb.ID(), "pids.current")} {
 		if b, err := os.ReadFile(p); err == nil {
 			current, pidsFile = b, p
 			break
