@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it (.ci/run): dependencies, formatting,
 # vet, staticcheck, unit tests (root/feature gates strict), the race
 # detector, the integration and security suites against the real static
-# binary, then (vm) what this host's kernel cannot run, in a QEMU VM with
+# binary (with a neighbour daemon and its sandboxes working beside them,
+# scripts/neighbour.sh), then (vm) what this host's kernel cannot run, in a QEMU VM with
 # Debian's kernel: the XFS project-quota tests and the cgroup v2 paths
 # (scripts/vmtest.sh). Runs every step even after a failure and prints a
 # summary; exits non-zero when any step failed.
@@ -145,10 +146,15 @@ fuzz() {
 	return $failed
 }
 
+# The integration suites run with a neighbour daemon working beside them
+# (scripts/neighbour.sh: own data dir, socket and cgroup parent, busy,
+# disk-limited and paused sandboxes, a create/exec/delete churn): the
+# step fails when the suites fail or the neighbour was disturbed.
 integration() {
 	[[ -x bin/agentbox ]] || { echo "bin/agentbox missing: the build step failed or was not run"; return 1; }
 	[[ -d test ]] || { echo "no ./test directory"; return 1; }
-	AGENTBOX_BIN="$ROOT/bin/agentbox" AGENTBOX_TEST_STRICT=1 go test -count=1 -p 1 -timeout 30m -v ./test/...
+	scripts/neighbour.sh env AGENTBOX_BIN="$ROOT/bin/agentbox" AGENTBOX_TEST_STRICT=1 \
+		go test -count=1 -p 1 -timeout 30m -v ./test/...
 }
 
 # The XFS project-quota and cgroup v2 tests in a TCG VM (no KVM needed):

@@ -190,7 +190,7 @@ func TestAdversarialTwoDaemonsOneDataDir(t *testing.T) {
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("a second daemon on data dir %s was not refused (err %v):\n%s", a.dataDir, err, out)
 	}
-	t.Logf("second daemon refused: %s", strings.TrimSpace(tail(string(out), 1)))
+	t.Logf("second daemon refused: %s", tail(strings.TrimSpace(string(out)), 1))
 	checkAlive(t, "daemon A's zygote after a second daemon tried its data dir", zygotes)
 	mustRun(t, sa, "true")
 }
