@@ -143,6 +143,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		GIDMap:    ids,
 		SocketDir: filepath.Join(filepath.Dir(cfg.SocketPath), "sb"),
 		LogDir:    filepath.Join(cfg.DataDir, "sandboxes", ".zygotes"),
+		// Every path of a sandbox's spec is in the data dir; a waiting
+		// zygote holds no other mount of the host.
+		Keep: []string{filepath.Clean(cfg.DataDir)},
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("starting the native backend: %w", err)

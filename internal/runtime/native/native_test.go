@@ -252,7 +252,7 @@ func TestForkerStartsGuests(t *testing.T) {
 			Forker:       forkerPath,
 			Prespawn: &Prespawn{
 				Size: 1, RunnerDir: f.RunnerDir, UIDMap: runtimetest.TestIDMap, GIDMap: runtimetest.TestIDMap,
-				SocketDir: filepath.Join(dir, "sock"), LogDir: filepath.Join(dir, "log"),
+				SocketDir: filepath.Join(dir, "sock"), LogDir: filepath.Join(dir, "log"), Keep: testKeep(),
 			},
 		})
 		if err != nil {

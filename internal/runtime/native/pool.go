@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,16 @@ type Prespawn struct {
 	// LogDir holds the zygotes' logs until a Create renames one into its
 	// spec's StateDir (same filesystem required).
 	LogDir string
+	// Keep lists the host directories (absolute, clean, none within
+	// another) under which every path of a spec served lies: layers,
+	// upper and work dirs, state dir, runner dir. A waiting zygote's
+	// mount namespace holds only these, bound at their own paths, and a
+	// /proc, /sys and the device nodes of its own (nsinit.EnvKeep), so
+	// it pins no other mount of the host: none another daemon makes and
+	// unmounts while it waits. A spec with a path elsewhere starts cold.
+	// Empty: a zygote keeps its copy of the host's whole mount table
+	// while it waits.
+	Keep []string
 }
 
 // zygote is a started guest waiting for its config.
@@ -56,6 +67,7 @@ type zygotePool struct {
 	log          *slog.Logger
 	cgroupParent string
 	forker       *guestForker // nil: zygotes are forked by this process
+	keepEnv      string       // nsinit.EnvKeep=<Keep as JSON>, or "" without Keep
 
 	// spawning counts the zygotes being started; close waits for them, so
 	// that no guest is left behind by a daemon that exits right after.
@@ -93,6 +105,17 @@ func newZygotePool(cfg Prespawn, mode, cgroupParent string, forker *guestForker,
 			return nil, fmt.Errorf("prespawn: path %q is not absolute", d)
 		}
 	}
+	keepEnv := ""
+	if len(cfg.Keep) > 0 {
+		b, err := json.Marshal(cfg.Keep)
+		if err != nil {
+			return nil, fmt.Errorf("prespawn: %w", err)
+		}
+		if _, err := nsinit.ParseKeep(string(b)); err != nil {
+			return nil, fmt.Errorf("prespawn: %w", err)
+		}
+		keepEnv = nsinit.EnvKeep + "=" + string(b)
+	}
 	if err := os.MkdirAll(cfg.SocketDir, 0o700); err != nil {
 		return nil, fmt.Errorf("prespawn: %w", err)
 	}
@@ -109,13 +132,24 @@ func newZygotePool(cfg Prespawn, mode, cgroupParent string, forker *guestForker,
 	}
 	// (Their cgroups are removed by the backend before the pool starts:
 	// Backend.removeZygoteCgroups.)
-	p := &zygotePool{cfg: cfg, log: log, cgroupParent: cgroupParent, forker: forker}
+	p := &zygotePool{cfg: cfg, log: log, cgroupParent: cgroupParent, forker: forker, keepEnv: keepEnv}
 	go p.fill()
 	return p, nil
 }
 
 func (p *zygotePool) matches(spec runtime.Spec) bool {
-	return spec.RunnerDir == p.cfg.RunnerDir && spec.UIDMap == p.cfg.UIDMap && spec.GIDMap == p.cfg.GIDMap
+	if spec.RunnerDir != p.cfg.RunnerDir || spec.UIDMap != p.cfg.UIDMap || spec.GIDMap != p.cfg.GIDMap {
+		return false
+	}
+	if len(p.cfg.Keep) == 0 {
+		return true
+	}
+	for _, path := range append([]string{spec.UpperDir, spec.WorkDir, spec.RunnerDir, spec.StateDir}, spec.Layers...) {
+		if !nsinit.Under(filepath.Clean(path), p.cfg.Keep) {
+			return false
+		}
+	}
+	return true
 }
 
 // take returns a live zygote for spec, moved onto spec's socket path and
@@ -250,7 +284,7 @@ func (p *zygotePool) spawn() (*zygote, error) {
 		return nil, err
 	}
 	z.cg = cg.(*cgroupV1)
-	g, err := spawnGuest(p.forker, p.cfg.RunnerDir, p.cfg.UIDMap, p.cfg.GIDMap, lnFile, logFile, -1)
+	g, err := spawnGuest(p.forker, p.cfg.RunnerDir, p.cfg.UIDMap, p.cfg.GIDMap, lnFile, logFile, -1, p.keepEnv)
 	if err != nil {
 		_ = z.cg.delete()
 		_ = os.Remove(z.sockPath)

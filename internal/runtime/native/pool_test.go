@@ -44,6 +44,7 @@ func prespawnBackendIn(t testing.TB, runnerDir, parent string, own bool) *Backen
 			GIDMap:    runtimetest.TestIDMap,
 			SocketDir: filepath.Join(dir, "sock"),
 			LogDir:    filepath.Join(dir, "log"),
+			Keep:      testKeep(),
 		},
 	})
 	if err != nil {
@@ -56,6 +57,10 @@ func prespawnBackendIn(t testing.TB, runnerDir, parent string, own bool) *Backen
 	})
 	return b
 }
+
+// testKeep is Prespawn.Keep for the tests' specs: every path of theirs
+// (layers, runner, upper, work and state dirs) is a test temp dir.
+func testKeep() []string { return []string{filepath.Clean(os.TempDir())} }
 
 // waitZygote waits until the pool has a zygote ready and returns its pid.
 func waitZygote(t testing.TB, b *Backend) int {
@@ -237,7 +242,7 @@ func TestPoolCloseWaitsForSpawn(t *testing.T) {
 	dir := runtimetest.TempDir(t)
 	b, err := New(Config{CgroupParent: parent, OwnParent: true, Logger: testLogger(), Prespawn: &Prespawn{
 		Size: 1, RunnerDir: runnerDir, UIDMap: runtimetest.TestIDMap, GIDMap: runtimetest.TestIDMap,
-		SocketDir: filepath.Join(dir, "sock"), LogDir: filepath.Join(dir, "log"),
+		SocketDir: filepath.Join(dir, "sock"), LogDir: filepath.Join(dir, "log"), Keep: testKeep(),
 	}})
 	if err != nil {
 		t.Fatal(err)

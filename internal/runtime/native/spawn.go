@@ -219,7 +219,7 @@ func startGuest(f *guestForker, mode string, spec runtime.Spec, cg cgroupManager
 		}
 		defer unix.Close(cgfd)
 	}
-	return spawnGuest(f, spec.RunnerDir, spec.UIDMap, spec.GIDMap, lnFile, logFile, cgfd)
+	return spawnGuest(f, spec.RunnerDir, spec.UIDMap, spec.GIDMap, lnFile, logFile, cgfd, "")
 }
 
 // guestCloneflags are the namespaces a guest is started in.
@@ -230,9 +230,11 @@ const guestCloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS
 // pid, uts, ipc, net and cgroup namespaces, as root of the new user
 // namespace, through f (from this process when f is nil). lnFile becomes
 // fd 3, the config pipe fd 4 and the sync pipe fd 5; stdout and stderr go
-// to logFile. With cgfd >= 0 the guest is born in that cgroup (v2). The
-// guest blocks reading its config; its done channel closes when it exits.
-func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFile, logFile *os.File, cgfd int) (*guestProc, error) {
+// to logFile. With cgfd >= 0 the guest is born in that cgroup (v2). A
+// non-empty env is added to the guest's environment (a zygote's
+// nsinit.EnvKeep). The guest blocks reading its config; its done channel
+// closes when it exits.
+func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFile, logFile *os.File, cgfd int, env string) (*guestProc, error) {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -257,7 +259,7 @@ func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFi
 	req := forker.Request{
 		Path:                       path,
 		Args:                       []string{"agentbox", "guest", "init"},
-		Env:                        []string{guestPath, guestProcs},
+		Env:                        guestEnv(env),
 		Dir:                        "/",
 		Cloneflags:                 guestCloneflags,
 		UIDMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(uids.HostID), Size: int(uids.Size)}},
@@ -319,6 +321,15 @@ func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFi
 		done = exited
 	}
 	return &guestProc{pid: pid, cfgW: cfgW, syncR: syncR, done: done}, nil
+}
+
+// guestEnv is the guest's environment: PATH, GOMAXPROCS and extra, when
+// not empty.
+func guestEnv(extra string) []string {
+	if extra == "" {
+		return []string{guestPath, guestProcs}
+	}
+	return []string{guestPath, guestProcs, extra}
 }
 
 func (g *guestProc) sendConfig(spec runtime.Spec) error {

@@ -20,6 +20,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -166,12 +167,30 @@ func setup() (net.Listener, error) {
 	if err := dropEarly(); err != nil {
 		return nil, err
 	}
+	// A prespawned guest keeps only the host directories it will need
+	// while it waits (see keepOnly).
+	kept, err := keepFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if kept != nil {
+		if err := keepOnly(kept); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := unix.Write(SyncFD, []byte(SyncWaiting)); err != nil {
 		return nil, &SyscallError{Op: "write", Target: "sync fd", Err: err}
 	}
 	cfg, err := readConfig()
 	if err != nil {
 		return nil, err
+	}
+	if kept != nil {
+		for _, p := range cfg.paths() {
+			if !Under(filepath.Clean(p), kept) {
+				return nil, fmt.Errorf("config path %q is outside the directories kept (%s)", p, strings.Join(kept, ", "))
+			}
+		}
 	}
 	// The host has placed us in the sandbox cgroup by now; a fresh cgroup
 	// namespace makes that cgroup the root of what the sandbox sees. unshare
@@ -244,6 +263,11 @@ func ParseConfig(r io.Reader) (*Config, error) {
 		return nil, errors.New("config: rootfs, layers, upper_dir, work_dir and runner_dir are required")
 	}
 	return &cfg, nil
+}
+
+// paths are the host paths of cfg.
+func (cfg *Config) paths() []string {
+	return append([]string{cfg.UpperDir, cfg.WorkDir, cfg.RunnerDir, cfg.Rootfs}, cfg.Layers...)
 }
 
 // listenerFD returns the descriptor number behind ln.
