@@ -79,7 +79,7 @@ type Backend struct {
 	mode       string // cgroupMode(): "v1", "hybrid" or "v2"
 	log        *slog.Logger
 	pool       *zygotePool  // nil without Prespawn
-	parentLock *os.File     // held for the process's life when OwnParent
+	parentLock *os.File     // held from New to Close when OwnParent
 	yield      *yielder     // nil unless Config.CPUYield and the kernel has cpu.idle
 	forker     *guestForker // nil without Config.Forker
 }

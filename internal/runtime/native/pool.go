@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 )
@@ -112,7 +113,7 @@ func newZygotePool(cfg Prespawn, mode, cgroupParent string, forker *guestForker,
 			return nil, fmt.Errorf("prespawn: %w", err)
 		}
 		if _, err := nsinit.ParseKeep(string(b)); err != nil {
-			return nil, fmt.Errorf("prespawn: %w", err)
+			return nil, fmt.Errorf("prespawn: %w: %w", err, errdefs.ErrInvalidArgument)
 		}
 		keepEnv = nsinit.EnvKeep + "=" + string(b)
 	}

@@ -266,3 +266,31 @@ func TestPoolCloseWaitsForSpawn(t *testing.T) {
 		t.Errorf("zygote sockets left after Close: %v", socks)
 	}
 }
+
+// A zygote keeps only Prespawn.Keep while it waits: a spec with any path
+// elsewhere is not given one (it starts cold).
+func TestPoolMatchesKeep(t *testing.T) {
+	p := &zygotePool{cfg: Prespawn{RunnerDir: "/data/runner/x", UIDMap: runtimetest.TestIDMap, GIDMap: runtimetest.TestIDMap, Keep: []string{"/data"}}}
+	spec := runtime.Spec{
+		Layers: []string{"/data/layers/a"}, UpperDir: "/data/sb/1/upper", WorkDir: "/data/sb/1/work",
+		RunnerDir: "/data/runner/x", StateDir: "/data/sb/1/state", UIDMap: runtimetest.TestIDMap, GIDMap: runtimetest.TestIDMap,
+	}
+	if !p.matches(spec) {
+		t.Error("a spec inside Keep was refused")
+	}
+	for name, mod := range map[string]func(s *runtime.Spec){
+		"layer":  func(s *runtime.Spec) { s.Layers = append(s.Layers, "/other/layer") },
+		"upper":  func(s *runtime.Spec) { s.UpperDir = "/data2/upper" },
+		"work":   func(s *runtime.Spec) { s.WorkDir = "/data/../etc/work" },
+		"state":  func(s *runtime.Spec) { s.StateDir = "/tmp/state" },
+		"runner": func(s *runtime.Spec) { s.RunnerDir = "/data/runner/y" },
+		"ids":    func(s *runtime.Spec) { s.UIDMap.HostID++ },
+	} {
+		s := spec
+		s.Layers = append([]string(nil), spec.Layers...)
+		mod(&s)
+		if p.matches(s) {
+			t.Errorf("%s: a spec outside Keep (or another runner/id map) got a zygote", name)
+		}
+	}
+}
