@@ -264,3 +264,56 @@ func TestAdversarialDiskDefaultRecovery(t *testing.T) {
 	}
 	d.start()
 }
+
+// A tenant's template build cannot take the host's disk either: a run
+// step's writable layer is capped at the default limit like a sandbox's,
+// so a step writing past it fails with ENOSPC and the build fails, and
+// nothing of it is left (no mount, loop device or image).
+func TestAdversarialDiskBuildStepLimit(t *testing.T) {
+	const limit = 64 << 20
+	addr := loopbackAddr(t)
+	d := newDaemonWith(t, "--tcp", addr, "--default-disk-bytes", strconv.Itoa(limit))
+	c, _ := tenantClient(t, d, "http://"+addr, "disk-build", api.Quotas{}, api.ScopeFull)
+	ctx := context.Background()
+	var out strings.Builder
+	_, err := c.BuildTemplate(ctx, api.BuildTemplateRequest{Spec: &api.TemplateSpec{
+		Name:  "filler",
+		Base:  "busybox",
+		Steps: []api.TemplateStep{{Run: "dd if=/dev/zero of=/fill bs=1M count=200 && sync"}},
+	}}, func(ev api.BuildEvent) { out.WriteString(ev.Message + "\n") })
+	if err == nil {
+		t.Fatalf("a build step wrote 200 MiB under a %d-byte default disk limit:\n%s", limit, out.String())
+	}
+	if !strings.Contains(out.String()+err.Error(), "No space left") {
+		t.Errorf("build failed, but not for space: %v\n%s", err, out.String())
+	}
+	// A step within the limit builds as before: its layer, copied out of
+	// the capped filesystem, keeps owners, symlinks and deletions.
+	tmpl, err := c.BuildTemplate(ctx, api.BuildTemplateRequest{Spec: &api.TemplateSpec{
+		Name: "fits",
+		Base: "busybox",
+		Steps: []api.TemplateStep{{Run: "echo built > /etc/built && mkdir /home/u && chown 1000:1000 /home/u && " +
+			"ln -s /etc/built /etc/link && rm /bin/vi && dd if=/dev/zero of=/ok bs=1M count=8 2>/dev/null"}},
+	}}, nil)
+	if err != nil {
+		t.Fatalf("a build step within the limit: %v", err)
+	}
+	sb, err := c.Create(ctx, agentbox.SandboxSpec{Template: tmpl.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := mustRun(t, sb, "cat /etc/link; stat -c %u /home/u; test -e /bin/vi && echo vi; wc -c < /ok")
+	if got != "built\n1000\n8388608\n" {
+		t.Errorf("sandbox of the built template: %q", got)
+	}
+	if err := sb.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no quota mounts after the build", func() bool {
+		return len(mountsUnder(t, filepath.Join(d.dataDir, "sandboxes")+"/")) == 0
+	})
+	eventually(t, "no loop devices after the build", func() bool { return len(loopsOf(t, d.dataDir)) == 0 })
+	if imgs, _ := filepath.Glob(filepath.Join(d.dataDir, "disks", "*.img")); len(imgs) != 0 {
+		t.Errorf("images left: %v", imgs)
+	}
+}
