@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"io/fs"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -104,6 +107,11 @@ func TestAdversarialDiskDefaultLimit(t *testing.T) {
 	}
 	if got := agentboxInfo(t, d); got.DiskQuota == "" {
 		t.Errorf("agentbox info: disk_quota empty: the default cannot be enforced here")
+	}
+	cmd := exec.Command(agentboxBin(t), "info")
+	cmd.Env = append(os.Environ(), "AGENTBOX_HOST=unix://"+d.socket)
+	if out, err := cmd.CombinedOutput(); err != nil || !regexp.MustCompile(`Default disk:\s+10\.0GiB, 524288 inodes`).Match(out) {
+		t.Errorf("agentbox info: %v\n%s", err, out)
 	}
 
 	sb, err := c.Create(ctx, agentbox.SandboxSpec{Template: "busybox"})
