@@ -36,8 +36,8 @@ type Resources struct {
 	MemoryBytes int64   `json:"memory_bytes,omitempty"` // hard limit, no swap
 	PidsMax     int64   `json:"pids_max,omitempty"`     // processes+threads
 	// Disk and open-files limits: api/limits.go.
-	DiskBytes  int64 `json:"disk_bytes,omitempty"`  // writable layer size; 0: unlimited
-	DiskInodes int64 `json:"disk_inodes,omitempty"` // writable layer inodes; 0: the filesystem's default
+	DiskBytes  int64 `json:"disk_bytes,omitempty"`  // writable layer size; 0: the default (Info.DefaultDiskBytes)
+	DiskInodes int64 `json:"disk_inodes,omitempty"` // writable layer inodes; 0: the default, scaled to disk_bytes
 	OpenFiles  int64 `json:"open_files,omitempty"`  // RLIMIT_NOFILE of every process
 }
 
@@ -304,4 +304,12 @@ type Info struct {
 	// DiskQuota is how disk_bytes and disk_inodes are enforced:
 	// DiskQuotaXFSProject or DiskQuotaLoopExt4; "" when they cannot be.
 	DiskQuota string `json:"disk_quota,omitempty"`
+	// DefaultDiskBytes and DefaultDiskInodes are the disk limit of a
+	// sandbox that asks for none (api/limits.go); 0: the daemon has no
+	// default disk limit. MaxDiskBytes and MaxDiskInodes are the most a
+	// tenant's sandbox may have (the admin's are not bound); 0: no ceiling.
+	DefaultDiskBytes  int64 `json:"default_disk_bytes,omitempty"`
+	DefaultDiskInodes int64 `json:"default_disk_inodes,omitempty"`
+	MaxDiskBytes      int64 `json:"max_disk_bytes,omitempty"`
+	MaxDiskInodes     int64 `json:"max_disk_inodes,omitempty"`
 }

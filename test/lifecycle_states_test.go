@@ -144,7 +144,13 @@ func TestLifecycleHibernateAndWake(t *testing.T) {
 	if dirs := cgroupDirs(id); len(dirs) != 0 {
 		t.Fatalf("cgroups of the hibernated sandbox remain: %v", dirs)
 	}
-	if _, err := os.Stat(filepath.Join(d.dataDir, "sandboxes", id, "upper", "root", "data.txt")); err != nil {
+	// With the loop disk method the writable layer is in the sandbox's
+	// image (unmounted while it hibernates), else in its sandbox dir.
+	if agentboxInfo(t, d).DiskQuota == api.DiskQuotaLoopExt4 {
+		if _, err := os.Stat(filepath.Join(d.dataDir, "disks", id+".img")); err != nil {
+			t.Fatalf("the writable layer's image is not kept on disk: %v", err)
+		}
+	} else if _, err := os.Stat(filepath.Join(d.dataDir, "sandboxes", id, "upper", "root", "data.txt")); err != nil {
 		t.Fatalf("the writable layer is not kept on disk: %v", err)
 	}
 	start := time.Now()

@@ -45,6 +45,8 @@ func infoCmd() *cobra.Command {
 				dq = "unavailable"
 			}
 			fmt.Fprintf(tw, "Disk quota:\t%s\n", dq)
+			fmt.Fprintf(tw, "Default disk:\t%s\n", diskLimitText(info.DefaultDiskBytes, info.DefaultDiskInodes, "none (turned off by the daemon's config)"))
+			fmt.Fprintf(tw, "Max disk (tenants):\t%s\n", diskLimitText(info.MaxDiskBytes, info.MaxDiskInodes, "no ceiling"))
 			fmt.Fprintf(tw, "Data dir:\t%s\n", info.DataDir)
 			fmt.Fprintf(tw, "Sandboxes:\t%d\n", info.Sandboxes)
 			return tw.Flush()
@@ -187,4 +189,15 @@ func printTemplate(cmd *cobra.Command, g *globals, name, id string, size int64, 
 
 func checkpointExportCmd() *cobra.Command {
 	return exportCmd("export CHECKPOINT [-o FILE] (> image.tar)", "Export a checkpoint's filesystem as an OCI image archive", (*agentbox.Client).ExportCheckpoint)
+}
+
+// diskLimitText shows a disk limit of info ("10.0 GiB, 524288 inodes").
+func diskLimitText(bytes, inodes int64, none string) string {
+	if bytes == 0 {
+		return none
+	}
+	if inodes == 0 {
+		return humanBytes(bytes)
+	}
+	return fmt.Sprintf("%s, %d inodes", humanBytes(bytes), inodes)
 }

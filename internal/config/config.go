@@ -61,11 +61,21 @@ type Resources struct {
 	CPUs        float64 `json:"cpus"`
 	MemoryBytes int64   `json:"memory_bytes"`
 	PidsMax     int64   `json:"pids_max"`
-	// DiskBytes, DiskInodes and OpenFiles: see api/limits.go; 0: none.
+	// DiskBytes and DiskInodes: the writable layer's size and inodes
+	// (api/limits.go), DefaultDiskBytes and DefaultDiskInodes unless set;
+	// DiskBytes 0 turns the default disk limit off (only this config can).
+	// OpenFiles: RLIMIT_NOFILE; 0: inherited.
 	DiskBytes  int64 `json:"disk_bytes,omitempty"`
 	DiskInodes int64 `json:"disk_inodes,omitempty"`
 	OpenFiles  int64 `json:"open_files,omitempty"`
 }
+
+// The default disk limit of every sandbox: a tenant that asks for none gets
+// it, and may ask for less but not more (Config.MaxDiskBytes).
+const (
+	DefaultDiskBytes  = 10 << 30
+	DefaultDiskInodes = 512 << 10
+)
 
 // Config is the daemon configuration.
 type Config struct {
@@ -100,6 +110,12 @@ type Config struct {
 	DefaultTemplate string `json:"default_template"`
 	// DefaultResources apply to every zero field of a create request.
 	DefaultResources Resources `json:"default_resources"`
+	// MaxDiskBytes and MaxDiskInodes are the most disk_bytes and
+	// disk_inodes a tenant's sandbox may have (asked for, or from its
+	// template); 0: the default's (DefaultResources). The admin's
+	// sandboxes are not bound by them.
+	MaxDiskBytes  int64 `json:"max_disk_bytes,omitempty"`
+	MaxDiskInodes int64 `json:"max_disk_inodes,omitempty"`
 	// WarmPools is the number of paused sandboxes kept ready per template
 	// (e.g. {"busybox": 2}); sizes set through the API win (limits.go).
 	WarmPools map[string]int `json:"warm_pools,omitempty"`
@@ -166,6 +182,8 @@ func Default() *Config {
 			CPUs:        1,
 			MemoryBytes: 1 << 30,
 			PidsMax:     1024,
+			DiskBytes:   DefaultDiskBytes,
+			DiskInodes:  DefaultDiskInodes,
 		},
 		SecretsKeyFile: DefaultSecretsKey,
 		TCPEdge:        TCPEdge{TCPRequestRate: DefaultTCPRequestRate, TCPRequestBurst: DefaultTCPRequestBurst},

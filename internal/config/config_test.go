@@ -20,7 +20,7 @@ func TestDefaultsValidate(t *testing.T) {
 	if c.DataDir != "/var/lib/agentbox" || c.SocketPath != "/run/agentbox/agentbox.sock" || c.TCPAddr != "" {
 		t.Fatalf("paths: %+v", c)
 	}
-	if c.DefaultTemplate != "busybox" || c.DefaultResources != (Resources{CPUs: 1, MemoryBytes: 1 << 30, PidsMax: 1024}) {
+	if c.DefaultTemplate != "busybox" || c.DefaultResources != (Resources{CPUs: 1, MemoryBytes: 1 << 30, PidsMax: 1024, DiskBytes: 10 << 30, DiskInodes: 512 << 10}) {
 		t.Fatalf("template/resources: %+v", c)
 	}
 	// The id map comes from /etc/subuid when it has an agentbox entry.
@@ -30,6 +30,37 @@ func TestDefaultsValidate(t *testing.T) {
 	}
 	if c.UIDMapBase != wantBase || c.UIDMapSize != wantSize {
 		t.Fatalf("uid map %d+%d, want %d+%d", c.UIDMapBase, c.UIDMapSize, wantBase, wantSize)
+	}
+}
+
+// The default disk limit may be turned off or changed, and a ceiling set
+// above it, but not below it or without one.
+func TestValidateDiskDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		bytes, inodes       int64
+		maxBytes, maxInodes int64
+		ok                  bool
+	}{
+		{"default", DefaultDiskBytes, DefaultDiskInodes, 0, 0, true},
+		{"off", 0, 0, 0, 0, true},
+		{"smaller", 64 << 20, 4096, 0, 0, true},
+		{"ceiling", DefaultDiskBytes, DefaultDiskInodes, 20 << 30, 1 << 20, true},
+		{"ceiling below the default", DefaultDiskBytes, DefaultDiskInodes, 1 << 30, 0, false},
+		{"inode ceiling below the default", DefaultDiskBytes, DefaultDiskInodes, 0, 1024, false},
+		{"ceiling without a default", 0, 0, 20 << 30, 0, false},
+		{"tiny", 1 << 20, 0, 0, 0, false},
+		{"few inodes", DefaultDiskBytes, 10, 0, 0, false},
+		{"negative", -1, 0, 0, 0, false},
+		{"negative ceiling", DefaultDiskBytes, 0, -1, 0, false},
+	} {
+		c := Default()
+		c.DefaultResources.DiskBytes, c.DefaultResources.DiskInodes = tc.bytes, tc.inodes
+		c.MaxDiskBytes, c.MaxDiskInodes = tc.maxBytes, tc.maxInodes
+		err := c.Validate()
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, errdefs.ErrInvalidArgument)) {
+			t.Errorf("%s: Validate() = %v; want ok %v", tc.name, err, tc.ok)
+		}
 	}
 }
 

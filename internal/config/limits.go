@@ -59,6 +59,18 @@ func (c *Config) validateLimits() []error {
 	if r.DiskBytes != 0 && r.DiskBytes < 16<<20 {
 		bad("default disk_bytes %d must be at least 16 MiB", r.DiskBytes)
 	}
+	if r.DiskInodes != 0 && r.DiskInodes < 1024 {
+		bad("default disk_inodes %d must be at least 1024", r.DiskInodes)
+	}
+	if c.MaxDiskBytes < 0 || c.MaxDiskInodes < 0 {
+		bad("max_disk_bytes and max_disk_inodes must not be negative")
+	}
+	if c.MaxDiskBytes != 0 && (r.DiskBytes == 0 || c.MaxDiskBytes < r.DiskBytes) {
+		bad("max_disk_bytes %d must be at least the default disk_bytes %d (and needs one)", c.MaxDiskBytes, r.DiskBytes)
+	}
+	if c.MaxDiskInodes != 0 && (r.DiskInodes == 0 || c.MaxDiskInodes < r.DiskInodes) {
+		bad("max_disk_inodes %d must be at least the default disk_inodes %d (and needs one)", c.MaxDiskInodes, r.DiskInodes)
+	}
 	if r.OpenFiles != 0 && r.OpenFiles < 64 {
 		bad("default open_files %d must be at least 64", r.OpenFiles)
 	}

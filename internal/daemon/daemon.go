@@ -181,11 +181,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			DiskInodes:  cfg.DefaultResources.DiskInodes,
 			OpenFiles:   cfg.DefaultResources.OpenFiles,
 		},
-		DiskQuota:    dq,
-		DiskQuotaErr: dqErr,
-		Version:      version.Version,
-		Logger:       log,
-		Quotas:       reg,
+		MaxDiskBytes:  cfg.MaxDiskBytes,
+		MaxDiskInodes: cfg.MaxDiskInodes,
+		DiskQuota:     dq,
+		DiskQuotaErr:  dqErr,
+		Version:       version.Version,
+		Logger:        log,
+		Quotas:        reg,
 	}, backend, nil, st)
 	if err != nil {
 		return nil, err
@@ -224,6 +226,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, err
 	}
+	if err := mgr.PrepareDisks(ctx); err != nil {
+		log.Warn("disks of the default limit are formatted at create", "err", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = mgr.CloseDisks()
+		}
+	}()
 	collectAtStart(ctx, mgr, log)
 	if err := mgr.SetPools(ctx, cfg.WarmPools); err != nil {
 		return nil, err

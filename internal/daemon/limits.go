@@ -55,6 +55,9 @@ func closeLimits(m *sandbox.Manager, dataDir string, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m.DrainPools(ctx)
+	if err := m.CloseDisks(); err != nil {
+		log.Warn("deleting the template disk image", "err", err)
+	}
 	if m.DiskMounted() {
 		return
 	}

@@ -1,17 +1,20 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/lazyregexp"
+	"github.com/agentbox/agentbox/internal/strictjson"
 )
 
 // Limits on client input.
@@ -30,20 +33,25 @@ var (
 )
 
 // decodeJSON reads exactly one JSON value into v from a body of at most
-// MaxBodyBytes within bodyReadTimeout. Unknown fields, trailing data and
-// (unless optional) an empty body are invalid arguments; an oversized body
-// is too large.
+// MaxBodyBytes within bodyReadTimeout. Unknown fields, duplicate keys (at
+// any depth, also keys that differ only in case but name one field:
+// internal/strictjson), trailing data and (unless optional) an empty body
+// are invalid arguments; an oversized body is too large.
 func (h *handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
 	// The deadline is lifted again once the body is read: a read that
 	// fails after it (net/http's background read while the handler runs)
 	// would cancel the request, and exec streams its output for as long as
 	// the command lasts. Writers without deadlines (tests) are left alone.
 	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)) == nil {
-		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	deadline := rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)) == nil
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
 	}
-	body := http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
-	dec := json.NewDecoder(body)
+	if err != nil {
+		return jsonError(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -56,13 +64,21 @@ func (h *handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any, opti
 	}
 	var extra json.RawMessage
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return fmt.Errorf("request body larger than %d bytes: %w", mbe.Limit, err)
-		}
 		return errorf("unexpected data after the JSON body")
 	}
+	if err := strictjson.CheckDuplicates(data, reflect.TypeOf(v)); err != nil {
+		var dup *strictjson.DuplicateKeyError
+		if errors.As(err, &dup) {
+			return errorf("request body: %s", clipError(dup))
+		}
+		return errorf("malformed JSON body")
+	}
 	return nil
+}
+
+// clipError is dup's message with the key and path clipped.
+func clipError(dup *strictjson.DuplicateKeyError) string {
+	return (&strictjson.DuplicateKeyError{Path: clip(dup.Path), Key: clip(dup.Key)}).Error()
 }
 
 // jsonError turns a decoding error into a client error that names the

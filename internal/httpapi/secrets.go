@@ -8,10 +8,12 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/lazyregexp"
+	"github.com/agentbox/agentbox/internal/strictjson"
 )
 
 // SecretService is implemented by a Service with a secret store; its routes
@@ -111,8 +113,8 @@ func (s secretHandlers) put(w http.ResponseWriter, r *http.Request) {
 		var req api.PutSecretRequest
 		dec := json.NewDecoder(strings.NewReader(string(body)))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil || dec.More() {
-			writeError(w, r, errorf("body must be {\"value\": \"...\"} with Content-Type application/json"))
+		if err := dec.Decode(&req); err != nil || dec.More() || strictjson.CheckDuplicates(body, reflect.TypeOf(req)) != nil {
+			writeError(w, r, errorf("body must be {\"value\": \"...\"} (once) with Content-Type application/json"))
 			return
 		}
 		value = []byte(req.Value)

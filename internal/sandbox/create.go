@@ -129,6 +129,9 @@ func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, 
 	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
+	if err := m.checkDiskPolicy(tenant.From(ctx).Tenant, res); err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
+	}
 	env := cloneMap(tmpl.Env)
 	if env == nil {
 		env = map[string]string{}

@@ -27,9 +27,10 @@ import (
 //     unmount on the host reaches them and nothing pins a deleted
 //     sandbox's filesystem.
 //
-// Deleting the sandbox removes the quota; Recover removes the quotas of
-// sandboxes with no record. Forks start without one (no quota is applied
-// to their dirs).
+// Every sandbox has disk_bytes unless the daemon's config turned the
+// default disk limit off (limits.go). Deleting the sandbox removes the
+// quota; Recover removes the quotas of sandboxes with no record. A fork
+// has its checkpoint's resources and a quota of its own.
 
 // DiskQuota caps the disk use of sandbox dirs; diskquota.Detect returns
 // one. The contract (diskquota.Quota's): the Manager creates the dir empty
@@ -58,10 +59,21 @@ type diskMounter interface {
 	Unmount(dir string) error
 }
 
+// diskPreparer is a DiskQuota that can make the filesystem of one limit
+// once and copy it at Apply, so a create of that limit does not wait for
+// mkfs (diskquota.Loop.KeepTemplate).
+type diskPreparer interface {
+	// KeepTemplate makes the template filesystem of lim.
+	KeepTemplate(ctx context.Context, lim diskquota.Limits) error
+	// Close deletes it. Idempotent.
+	Close() error
+}
+
 var (
-	_ DiskQuota   = (*diskquota.Project)(nil)
-	_ DiskQuota   = (*diskquota.Loop)(nil)
-	_ diskMounter = (*diskquota.Loop)(nil)
+	_ diskPreparer = (*diskquota.Loop)(nil)
+	_ DiskQuota    = (*diskquota.Project)(nil)
+	_ DiskQuota    = (*diskquota.Loop)(nil)
+	_ diskMounter  = (*diskquota.Loop)(nil)
 )
 
 // hasDisk reports whether rec's sandbox asks for a disk quota.
@@ -214,4 +226,28 @@ func (m *Manager) DiskQuotaMethod() string {
 		return ""
 	}
 	return m.cfg.DiskQuota.Method()
+}
+
+// PrepareDisks makes the quota prepare the filesystem of the default disk
+// limit once, when its method makes filesystems (loop) and the daemon has
+// a default; CloseDisks undoes it.
+func (m *Manager) PrepareDisks(ctx context.Context) error {
+	dp, ok := m.cfg.DiskQuota.(diskPreparer)
+	def := m.cfg.DefaultResources
+	if !ok || def.DiskBytes == 0 {
+		return nil
+	}
+	lim := diskquota.Limits{Bytes: def.DiskBytes, Inodes: defaultInodes(def, def.DiskBytes)}
+	if err := dp.KeepTemplate(ctx, lim); err != nil {
+		return fmt.Errorf("preparing disks: %w", err)
+	}
+	return nil
+}
+
+// CloseDisks deletes what PrepareDisks made.
+func (m *Manager) CloseDisks() error {
+	if dp, ok := m.cfg.DiskQuota.(diskPreparer); ok {
+		return dp.Close()
+	}
+	return nil
 }

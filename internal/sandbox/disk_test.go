@@ -205,3 +205,70 @@ func TestDiskQuotaMethodNames(t *testing.T) {
 		t.Fatalf("diskquota methods %q %q, api %q %q", diskquota.MethodProject, diskquota.MethodLoop, api.DiskQuotaXFSProject, api.DiskQuotaLoopExt4)
 	}
 }
+
+// The daemon's default disk limit: a request without disk_bytes gets it,
+// with its inodes; a smaller disk_bytes gets inodes scaled to it (one per
+// 16 KiB, at least 1024, at most the default); a template's inodes win.
+// A tenant may not go above the ceiling (by default the default), nor
+// above the inode ceiling; the admin may.
+func TestDefaultDiskLimit(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	m.cfg.DiskQuota = newFakeDisk()
+	m.cfg.DefaultResources.DiskBytes, m.cfg.DefaultResources.DiskInodes = 10<<30, 512<<10
+	for _, tc := range []struct {
+		req, tmpl     api.Resources
+		bytes, inodes int64
+	}{
+		{api.Resources{}, api.Resources{}, 10 << 30, 512 << 10},
+		{api.Resources{DiskBytes: 64 << 20}, api.Resources{}, 64 << 20, 4096},
+		{api.Resources{DiskBytes: 16 << 20}, api.Resources{}, 16 << 20, 1024},
+		{api.Resources{DiskBytes: 1 << 40}, api.Resources{}, 1 << 40, 512 << 10},
+		{api.Resources{DiskBytes: 64 << 20, DiskInodes: 2048}, api.Resources{}, 64 << 20, 2048},
+		{api.Resources{}, api.Resources{DiskBytes: 1 << 30, DiskInodes: 5000}, 1 << 30, 5000},
+		{api.Resources{}, api.Resources{DiskBytes: 1 << 30}, 1 << 30, 65536},
+	} {
+		tmpl := templates.Template{}
+		tmpl.Spec.Resources = &tc.tmpl
+		res, err := m.resolveResources(tc.req, tmpl)
+		if err != nil || res.DiskBytes != tc.bytes || res.DiskInodes != tc.inodes {
+			t.Errorf("resolve %+v (template %+v) = disk %d, inodes %d, %v; want %d, %d", tc.req, tc.tmpl, res.DiskBytes, res.DiskInodes, err, tc.bytes, tc.inodes)
+		}
+	}
+
+	for _, tc := range []struct {
+		owner               string
+		bytes, inodes       int64
+		maxBytes, maxInodes int64
+		ok                  bool
+	}{
+		{"acme", 10 << 30, 512 << 10, 0, 0, true},
+		{"acme", 64 << 20, 4096, 0, 0, true},
+		{"acme", 20 << 30, 512 << 10, 0, 0, false},
+		{"acme", 10 << 30, 1 << 20, 0, 0, false},
+		{"acme", 0, 0, 0, 0, false}, // no limit at all
+		{"acme", 20 << 30, 1 << 20, 20 << 30, 1 << 20, true},
+		{"acme", 30 << 30, 1 << 20, 20 << 30, 1 << 20, false},
+		{api.AdminTenant, 1 << 40, 1 << 22, 0, 0, true},
+		{api.AdminTenant, 0, 0, 0, 0, true},
+	} {
+		m.cfg.MaxDiskBytes, m.cfg.MaxDiskInodes = tc.maxBytes, tc.maxInodes
+		err := m.checkDiskPolicy(tc.owner, api.Resources{DiskBytes: tc.bytes, DiskInodes: tc.inodes})
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, errdefs.ErrPermissionDenied)) {
+			t.Errorf("%s with disk %d, inodes %d under max %d, %d: %v; want ok %v", tc.owner, tc.bytes, tc.inodes, tc.maxBytes, tc.maxInodes, err, tc.ok)
+		}
+	}
+	m.cfg.MaxDiskBytes, m.cfg.MaxDiskInodes = 0, 0
+	info, _ := m.Info(context.Background())
+	if info.DefaultDiskBytes != 10<<30 || info.DefaultDiskInodes != 512<<10 || info.MaxDiskBytes != 10<<30 || info.MaxDiskInodes != 512<<10 {
+		t.Errorf("Info: %+v", info)
+	}
+
+	// Turned off by the daemon's config: no limit, no ceiling.
+	m.cfg.DefaultResources.DiskBytes, m.cfg.DefaultResources.DiskInodes = 0, 0
+	if res, err := m.resolveResources(api.Resources{}, templates.Template{}); err != nil || res.DiskBytes != 0 || res.DiskInodes != 0 {
+		t.Errorf("without a default: %+v, %v", res, err)
+	}
+	if err := m.checkDiskPolicy("acme", api.Resources{}); err != nil {
+		t.Errorf("without a default: %v", err)
+	}
+}

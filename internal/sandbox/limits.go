@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Resource limits (api/limits.go): cpu, memory (no swap), pids and open
@@ -40,8 +41,17 @@ func validateLimits(r api.Resources) error {
 	return nil
 }
 
+// bytesPerDefaultInode scales the daemon's default inode limit down for a
+// smaller disk: a sandbox whose disk_bytes is below the default and that
+// sets no disk_inodes gets one inode per this many bytes (ext4's own
+// ratio), at least 1024, at most the default.
+const bytesPerDefaultInode = 16 << 10
+
 // resolveResources fills req's zero fields from tmpl's defaults, then the
-// daemon's, and validates the result.
+// daemon's, and validates the result. The daemon's default disk limit
+// (Config.DefaultResources.DiskBytes) gives every sandbox a writable
+// layer of bounded size unless the daemon's config turned it off: a
+// request cannot ask for "none" (0 is "the default").
 func (m *Manager) resolveResources(req api.Resources, tmpl templates.Template) (api.Resources, error) {
 	res := req
 	layers := []api.Resources{m.cfg.DefaultResources}
@@ -53,8 +63,13 @@ func (m *Manager) resolveResources(req api.Resources, tmpl templates.Template) (
 		fill(&res.MemoryBytes, d.MemoryBytes)
 		fill(&res.PidsMax, d.PidsMax)
 		fill(&res.DiskBytes, d.DiskBytes)
-		fill(&res.DiskInodes, d.DiskInodes)
 		fill(&res.OpenFiles, d.OpenFiles)
+	}
+	for _, d := range layers[:len(layers)-1] { // the template's
+		fill(&res.DiskInodes, d.DiskInodes)
+	}
+	if res.DiskInodes == 0 && res.DiskBytes != 0 {
+		res.DiskInodes = defaultInodes(m.cfg.DefaultResources, res.DiskBytes)
 	}
 	if err := validateLimits(res); err != nil {
 		return api.Resources{}, err
@@ -68,6 +83,47 @@ func (m *Manager) resolveResources(req api.Resources, tmpl templates.Template) (
 		}
 	}
 	return res, nil
+}
+
+// defaultInodes is the inode limit of a disk of bytes that sets none:
+// def's, scaled down for a smaller disk (bytesPerDefaultInode); 0 when def
+// has none.
+func defaultInodes(def api.Resources, bytes int64) int64 {
+	if def.DiskInodes == 0 {
+		return 0
+	}
+	return min(def.DiskInodes, max(1024, bytes/bytesPerDefaultInode))
+}
+
+// checkDiskPolicy refuses a tenant's sandbox a disk limit above the
+// daemon's ceiling (Config.MaxDiskBytes, MaxDiskInodes, by default the
+// default limit's) or none at all while the daemon has one; the admin's
+// sandboxes are not bound.
+func (m *Manager) checkDiskPolicy(owner string, r api.Resources) error {
+	if tenant.Owner(owner) == api.AdminTenant {
+		return nil
+	}
+	maxBytes, maxInodes := m.maxDisk()
+	switch {
+	case maxBytes != 0 && (r.DiskBytes == 0 || r.DiskBytes > maxBytes):
+		return fmt.Errorf("disk_bytes %d is above the %d bytes a tenant's sandbox may have: %w", r.DiskBytes, maxBytes, errdefs.ErrPermissionDenied)
+	case maxInodes != 0 && r.DiskInodes > maxInodes:
+		return fmt.Errorf("disk_inodes %d is above the %d inodes a tenant's sandbox may have: %w", r.DiskInodes, maxInodes, errdefs.ErrPermissionDenied)
+	}
+	return nil
+}
+
+// maxDisk is the most disk_bytes and disk_inodes a tenant's sandbox may
+// have (0: no ceiling).
+func (m *Manager) maxDisk() (bytes, inodes int64) {
+	bytes, inodes = m.cfg.MaxDiskBytes, m.cfg.MaxDiskInodes
+	if bytes == 0 {
+		bytes = m.cfg.DefaultResources.DiskBytes
+	}
+	if inodes == 0 {
+		inodes = m.cfg.DefaultResources.DiskInodes
+	}
+	return bytes, inodes
 }
 
 func fill[T int64 | float64](v *T, def T) {

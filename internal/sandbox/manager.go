@@ -47,8 +47,12 @@ type Config struct {
 	IDs runtime.IDMap
 	// DefaultTemplate is used when a create request names none.
 	DefaultTemplate string
-	// DefaultResources fill in zero fields of a create request.
+	// DefaultResources fill in zero fields of a create request. Its
+	// DiskBytes and DiskInodes are the default disk limit (limits.go).
 	DefaultResources api.Resources
+	// MaxDiskBytes and MaxDiskInodes bound the disk limits of tenants'
+	// sandboxes; 0: DefaultResources' (limits.go).
+	MaxDiskBytes, MaxDiskInodes int64
 	// DiskQuota enforces disk_bytes and disk_inodes (disk.go); nil refuses
 	// sandboxes that ask for them, with DiskQuotaErr as the reason.
 	DiskQuota    DiskQuota
@@ -156,15 +160,20 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 	m.mu.Lock()
 	n := len(m.sandboxes)
 	m.mu.Unlock()
+	maxBytes, maxInodes := m.maxDisk()
 	return api.Info{
-		Version:      m.cfg.Version,
-		API:          api.Version,
-		Backend:      caps.Name,
-		Capabilities: append([]string(nil), caps.Features...),
-		CgroupMode:   caps.CgroupMode,
-		DataDir:      m.cfg.DataDir,
-		Sandboxes:    n,
-		DiskQuota:    m.DiskQuotaMethod(),
+		Version:           m.cfg.Version,
+		API:               api.Version,
+		Backend:           caps.Name,
+		Capabilities:      append([]string(nil), caps.Features...),
+		CgroupMode:        caps.CgroupMode,
+		DataDir:           m.cfg.DataDir,
+		Sandboxes:         n,
+		DiskQuota:         m.DiskQuotaMethod(),
+		DefaultDiskBytes:  m.cfg.DefaultResources.DiskBytes,
+		DefaultDiskInodes: m.cfg.DefaultResources.DiskInodes,
+		MaxDiskBytes:      maxBytes,
+		MaxDiskInodes:     maxInodes,
 	}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/diskquota"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -117,7 +118,48 @@ func (m *Manager) StepRunner() *StepRunner { return &StepRunner{m: m} }
 // sandboxes). Call it once, before Recover.
 func (m *Manager) SetTemplates(t *templates.Manager) { m.templates = t }
 
-var _ templates.StepRunner = (*StepRunner)(nil)
+var (
+	_ templates.StepRunner    = (*StepRunner)(nil)
+	_ templates.StepScratcher = (*StepRunner)(nil)
+)
+
+// StepScratch implements templates.StepScratcher: with a default disk
+// limit, a build step's upper and work dirs are capped at it like a
+// sandbox's writable layer, in a dir of <data>/sandboxes (shared, see
+// disk.go) named step-<id> with a quota of its own. Its layer is then
+// copied out of it (another filesystem with the loop method). A daemon
+// killed mid-step leaves a quota its successor's Recover removes (no
+// record). Without a default the dir is a scratch dir of the layer store.
+func (r *StepRunner) StepScratch(ctx context.Context) (string, func(), error) {
+	m := r.m
+	def := m.cfg.DefaultResources
+	if def.DiskBytes == 0 {
+		dir, err := m.cfg.Layers.TempDir("step-")
+		if err != nil {
+			return "", nil, err
+		}
+		return dir, func() { _ = os.RemoveAll(dir) }, nil
+	}
+	if err := m.diskAvailable(); err != nil {
+		return "", nil, fmt.Errorf("build step: %w", err)
+	}
+	id := "step-" + newID()
+	dir := m.paths(id).dir
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return "", nil, fmt.Errorf("build step: %w", err)
+	}
+	lim := diskquota.Limits{Bytes: def.DiskBytes, Inodes: defaultInodes(def, def.DiskBytes)}
+	if err := m.cfg.DiskQuota.Apply(ctx, dir, id, lim); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("build step: disk quota: %w", err)
+	}
+	return dir, func() {
+		if err := m.removeDisk(context.WithoutCancel(ctx), id); err != nil {
+			m.log.ErrorContext(ctx, "removing a build step's disk", "dir", dir, "err", err)
+		}
+		_ = os.RemoveAll(dir)
+	}, nil
+}
 
 // RunStep runs command with /bin/sh -c in a sandbox whose root is layers plus
 // upperDir, streaming its output, and destroys the sandbox afterwards,

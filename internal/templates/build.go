@@ -336,11 +336,11 @@ func (m *Manager) execRun(ctx context.Context, st stage, command string, logw *l
 	if err != nil {
 		return "", err
 	}
-	scratch, err := m.cfg.Layers.TempDir("step-")
+	scratch, release, err := m.stepScratch(ctx)
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(scratch)
+	defer release()
 	upper, work := filepath.Join(scratch, "upper"), filepath.Join(scratch, "work")
 	for _, d := range []string{upper, work} {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -369,6 +369,20 @@ func (m *Manager) execRun(ctx context.Context, st stage, command string, logw *l
 		return "", err
 	}
 	return l.ID, nil
+}
+
+// stepScratch returns a fresh dir for a run step's upper and work dirs:
+// the Runner's, capped, when it is a StepScratcher, else a scratch dir of
+// the layer store.
+func (m *Manager) stepScratch(ctx context.Context) (string, func(), error) {
+	if sc, ok := m.cfg.Runner.(StepScratcher); ok {
+		return sc.StepScratch(ctx)
+	}
+	dir, err := m.cfg.Layers.TempDir("step-")
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
 }
 
 func oneLine(s string) string {

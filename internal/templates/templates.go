@@ -66,12 +66,22 @@ type StepRunner interface {
 	RunStep(ctx context.Context, layers []string, upperDir string, env map[string]string, command string, output io.Writer) error
 }
 
+// StepScratcher is a StepRunner that provides the directory a run step's
+// upper and work dirs are made in, with its disk use capped (a disk
+// quota), so a step cannot fill the host's disk.
+type StepScratcher interface {
+	// StepScratch returns a fresh, empty dir, and release, which removes
+	// it and everything in it; the caller calls release once it is done
+	// with the step's upper dir (made a layer, or failed).
+	StepScratch(ctx context.Context) (dir string, release func(), err error)
+}
+
 // Config configures a Manager.
 type Config struct {
 	DataDir string        // registry directory (created if missing)
 	Layers  *layers.Store // where template layers live
 	IDs     runtime.IDMap // sandbox id map; must match Layers
-	Runner  StepRunner    // runs "run" steps; nil: run steps fail with ErrFailedPrecondition
+	Runner  StepRunner    // runs "run" steps; nil: run steps fail with ErrFailedPrecondition; a StepScratcher caps their disk use
 	Logger  *slog.Logger  // nil: slog.Default()
 	// BusyboxPath is the static busybox binary used for the busybox base.
 	// Default "/bin/busybox".

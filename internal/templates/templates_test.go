@@ -524,3 +524,49 @@ func tail(s []string, n int) []string {
 	}
 	return s
 }
+
+// scratchRunner is a fakeRunner that provides the steps' scratch dirs on
+// another filesystem (a tmpfs, as a capped loop filesystem would be).
+type scratchRunner struct {
+	fakeRunner
+	root     string
+	given    []string
+	released atomic.Int32
+}
+
+func (s *scratchRunner) StepScratch(ctx context.Context) (string, func(), error) {
+	dir, err := os.MkdirTemp(s.root, "step-")
+	if err != nil {
+		return "", nil, err
+	}
+	s.given = append(s.given, dir)
+	return dir, func() { s.released.Add(1); _ = os.RemoveAll(dir) }, nil
+}
+
+// A StepScratcher provides each run step's upper and work dirs: the step
+// writes there, the layer is made from it (copied across filesystems),
+// and the dir is released after.
+func TestStepScratcher(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root := t.TempDir()
+	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "size=16m"); err != nil {
+		t.Fatalf("mounting a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	runner := &scratchRunner{root: root}
+	m, _ := newManager(t, runner)
+	tmpl, _ := build(t, m, api.BuildTemplateRequest{Spec: &api.TemplateSpec{
+		Name:  "scratched",
+		Base:  "busybox",
+		Steps: []api.TemplateStep{{Run: "write /hello world"}},
+	}})
+	if len(runner.given) != 1 || runner.released.Load() != 1 {
+		t.Fatalf("scratch dirs given %v, released %d", runner.given, runner.released.Load())
+	}
+	if _, err := os.Stat(runner.given[0]); !os.IsNotExist(err) {
+		t.Fatalf("scratch dir left: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(tmpl.Layers[0], "hello")); err != nil || string(b) != "world" {
+		t.Fatalf("top layer's /hello: %q, %v", b, err)
+	}
+}

@@ -284,6 +284,9 @@ func removeFiles(spec runtime.Spec) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := removeKeptLog(spec); err != nil {
+		errs = append(errs, err)
+	}
 	if spec.StateDir != "" {
 		if err := os.RemoveAll(spec.StateDir); err != nil {
 			errs = append(errs, err)

@@ -40,7 +40,8 @@ type Prespawn struct {
 	// the zygote is not used).
 	SocketDir string
 	// LogDir holds the zygotes' logs until a Create renames one into its
-	// spec's StateDir (same filesystem required).
+	// spec's StateDir; one on another filesystem gets a symlink to the
+	// log, which stays in LogDir until the sandbox is destroyed (moveLog).
 	LogDir string
 	// Keep lists the host directories (absolute, clean, none within
 	// another) under which every path of a spec served lies: layers,
@@ -200,11 +201,60 @@ func (z *zygote) moveTo(spec runtime.Spec) error {
 		}
 	}
 	logDst := filepath.Join(spec.StateDir, guestLogName)
-	if err := os.Rename(z.logPath, logDst); err != nil {
+	moved, err := moveLog(z.logPath, logDst, spec.ID)
+	if err != nil {
 		return err
 	}
 	if err := os.Rename(z.sockPath, spec.SocketPath); err != nil {
-		_ = os.Rename(logDst, z.logPath)
+		if moved != logDst {
+			_ = os.Remove(logDst)
+		}
+		_ = os.Rename(moved, z.logPath)
+		return err
+	}
+	return nil
+}
+
+// moveLog renames a zygote's log, src, to dst and returns where the log
+// now is. When dst is on another filesystem (a sandbox dir with a disk
+// quota is a filesystem of its own) the log stays in the zygotes' log dir,
+// renamed for sandbox id (keptLogName), and dst is a symlink to it, which
+// removeFiles follows to delete it: the guest keeps writing the file it
+// was started with either way.
+func moveLog(src, dst, id string) (string, error) {
+	err := os.Rename(src, dst)
+	if err == nil {
+		return dst, nil
+	}
+	if !errors.Is(err, unix.EXDEV) {
+		return "", err
+	}
+	kept := filepath.Join(filepath.Dir(src), keptLogName(id))
+	if err := os.Rename(src, kept); err != nil {
+		return "", err
+	}
+	_ = os.Remove(dst) // a previous guest's (a woken sandbox)
+	if err := os.Symlink(kept, dst); err != nil {
+		_ = os.Rename(kept, src)
+		return "", err
+	}
+	return kept, nil
+}
+
+// keptLogName names the log of sandbox id's guest kept in the zygotes' log
+// dir (moveLog).
+func keptLogName(id string) string { return ".sandbox-" + id + ".log" }
+
+// removeKeptLog deletes the log moveLog kept for spec's guest, if any.
+func removeKeptLog(spec runtime.Spec) error {
+	if spec.StateDir == "" {
+		return nil
+	}
+	target, err := os.Readlink(filepath.Join(spec.StateDir, guestLogName))
+	if err != nil || filepath.Base(target) != keptLogName(spec.ID) {
+		return nil // no log kept: a file, or nothing
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil

@@ -67,6 +67,7 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	z := b.pool.take(spec)
 	if z != nil {
 		g = z.g
+		undo.add(func() { _ = removeKeptLog(spec) })
 		undo.add(func() { _ = os.Remove(spec.SocketPath) })
 		undo.add(func() { _ = unix.Kill(g.pid, unix.SIGKILL) })
 		var err error
