@@ -111,4 +111,12 @@ func TestRecoverLegacyParent(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("the legacy sandbox's guest still runs after Cleanup")
 	}
+	// The recovering backend's pidfd watcher must be done too before the
+	// test returns: it reads the package's poll hook, which later tests
+	// replace (a data race under -race otherwise).
+	select {
+	case <-sb2.Wait():
+	case <-time.After(10 * time.Second):
+		t.Error("the recovered sandbox's watcher did not see its guest exit after Cleanup")
+	}
 }
