@@ -117,7 +117,7 @@ func TestPrespawnUsesZygote(t *testing.T) {
 		t.Fatalf("guest pid %d, want the zygote %d", st.Pid, zpid)
 	}
 	out, _ := runtimetest.MustExec(t, sb.SocketPath(), "hostname; cat /proc/self/status | grep -E '^(Seccomp|NoNewPrivs|CapBnd):'")
-	for _, want := range []string{spec.ID, "Seccomp:\t2", "NoNewPrivs:\t1", "CapBnd:\t00000000a80425fb"} {
+	for _, want := range []string{spec.ID, "Seccomp:\t2", "NoNewPrivs:\t1", "CapBnd:\t00000000a00405fb"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sandbox output lacks %q:\n%s", want, out)
 		}

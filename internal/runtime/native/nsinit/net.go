@@ -1,6 +1,13 @@
 package nsinit
 
-import "golang.org/x/sys/unix"
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
 
 // loopbackUp brings up lo, the only interface of the sandbox's network
 // namespace.
@@ -22,4 +29,58 @@ func loopbackUp() error {
 		return &SyscallError{Op: "ioctl SIOCSIFFLAGS", Target: "lo", Err: err}
 	}
 	return nil
+}
+
+// pingGroupRange is the sysctl that lets processes whose group is in range
+// open datagram ICMP sockets (ping without CAP_NET_RAW).
+const pingGroupRange = "/proc/sys/net/ipv4/ping_group_range"
+
+// allowPing opens net.ipv4.ping_group_range of the sandbox's network
+// namespace (the calling thread's) to every gid mapped into the sandbox, so
+// ping works without CAP_NET_RAW. It must run while the guest still holds
+// CAP_NET_ADMIN. The kernel reads the range in the writer's user
+// namespace, so it must not go beyond the gid map.
+func allowPing() error {
+	hi, err := highestMappedID("/proc/self/gid_map")
+	if err != nil {
+		return &SyscallError{Op: "read", Target: "gid_map", Err: err}
+	}
+	if err := os.WriteFile(pingGroupRange, []byte("0 "+strconv.FormatUint(hi, 10)), 0); err != nil {
+		return &SyscallError{Op: "write", Target: pingGroupRange, Err: err}
+	}
+	return nil
+}
+
+// highestMappedID returns the highest id of the caller's user namespace
+// mapped by an id map file (uid_map or gid_map).
+func highestMappedID(path string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var hi uint64
+	found := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 3 {
+			continue
+		}
+		in, err1 := strconv.ParseUint(fs[0], 10, 32)
+		n, err2 := strconv.ParseUint(fs[2], 10, 32)
+		if err1 != nil || err2 != nil || n == 0 {
+			continue
+		}
+		if top := in + n - 1; !found || top > hi {
+			hi, found = top, true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, unix.EINVAL
+	}
+	return hi, nil
 }

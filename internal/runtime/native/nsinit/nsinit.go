@@ -213,6 +213,9 @@ func setup() (net.Listener, error) {
 	if err := loopbackUp(); err != nil {
 		return nil, err
 	}
+	if err := allowPing(); err != nil {
+		return nil, err
+	}
 	if err := pivotRoot(cfg.Rootfs); err != nil {
 		return nil, err
 	}
