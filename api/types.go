@@ -125,6 +125,12 @@ type ExecRequest struct {
 	Background     bool              `json:"background,omitempty"`      // return at once with the pid; re-attach later
 	Secrets        []ExecSecret      `json:"secrets,omitempty"`         // stored secrets put in this process's environment only; see api/secrets.go
 	Token          bool              `json:"token,omitempty"`           // mint a bridge token for this run in env AGENTBOX_RUN_TOKEN
+	// Private runs the process in a Landlock domain of its own: no other
+	// process of the sandbox can read its environment or memory, ptrace it
+	// or take its descriptors (its own descendants can). The daemon sets it
+	// for every exec given Secrets or a Token. See docs/LIMITS.md for what
+	// it does not cover.
+	Private bool `json:"private,omitempty"`
 	// CheckpointBefore takes a checkpoint of the sandbox before the command
 	// starts; RollbackOnFailure (which implies it) restores that checkpoint
 	// when the command exits non-zero, is killed or times out, before the

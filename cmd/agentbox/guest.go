@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -47,7 +48,10 @@ func guestCommand() *cobra.Command {
 					build, _ := runner.Build("/proc/self/exe")
 					return runner.GuestVersion(version.Version, build)
 				})
-				return guest.Serve(context.Background(), ln, guest.Options{VersionOf: v})
+				// Warnings go to the guest's log file (its stderr, in the
+				// sandbox's state dir on the host).
+				log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+				return guest.Serve(context.Background(), ln, guest.Options{VersionOf: v, Logger: log, ExecCgroup: nsinit.ExecCgroupDir()})
 			})
 			os.Exit(0)
 		},

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -234,7 +235,7 @@ func (s *server) start(req *api.ExecRequest, sub *subscriber) (*process, error) 
 		outputs, streams = []*os.File{outR, errR}, []proto.FrameType{proto.FrameStdout, proto.FrameStderr}
 	}
 
-	pid, err := s.reaper.start(spec.path, spec.argv, attr, p.onExit)
+	pid, err := s.startIn(p, spec, attr, req.Private)
 	if err != nil {
 		for _, f := range outputs {
 			f.Close()
@@ -255,10 +256,10 @@ func (s *server) start(req *api.ExecRequest, sub *subscriber) (*process, error) 
 	if req.TimeoutSeconds > 0 {
 		p.timer = time.AfterFunc(time.Duration(req.TimeoutSeconds*float64(time.Second)), func() {
 			p.timedOut.Store(true)
-			_ = p.signal(syscall.SIGKILL)
+			_ = p.signal(syscall.SIGKILL) // the whole exec: see process.signal
 		})
 	}
-	go p.finish(s.table)
+	go p.finish(s.table, s.cgs)
 
 	// Stdin data is written, then stdin closed unless StdinOpen. A TTY
 	// without input is left alone (as with "docker exec -t" without -i).
@@ -275,4 +276,38 @@ func (s *server) start(req *api.ExecRequest, sub *subscriber) (*process, error) 
 	}
 	s.log.Debug("process started", "pid", pid, "cmd", spec.argv[0], "tty", p.tty)
 	return p, nil
+}
+
+// startIn forks the exec's process through the reaper, inside a cgroup of
+// its own when the guest has them (execCgroups), and records the cgroup in
+// p. Should the start fail inside a cgroup but succeed without one, the
+// cgroup was at fault and per-exec cgroups are turned off; a start that
+// fails either way (an execve error) is reported as such.
+func (s *server) startIn(p *process, spec *execSpec, attr *syscall.ProcAttr, private bool) (int, error) {
+	start := func() (int, error) {
+		return s.reaper.startWith(func() (int, error) {
+			return s.dom.fork(private, func() (int, error) { return syscall.ForkExec(spec.path, spec.argv, attr) })
+		}, p.onExit)
+	}
+	name, fd := s.cgs.create()
+	if fd < 0 {
+		return start()
+	}
+	attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, fd
+	pid, err := start()
+	unix.Close(fd)
+	attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = false, 0
+	if err == nil {
+		p.cgroup, p.cgs = name, s.cgs
+		return pid, nil
+	}
+	s.cgs.remove(name)
+	if errors.Is(err, errNoDomain) {
+		return 0, err
+	}
+	pid, err2 := start()
+	if err2 == nil {
+		s.cgs.disable("starting a process in its exec cgroup", err)
+	}
+	return pid, err2
 }

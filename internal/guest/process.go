@@ -80,6 +80,9 @@ type process struct {
 	startedAt time.Time
 	timedOut  atomic.Bool
 	timer     *time.Timer
+	// cgroup is the name of the exec's cgroup in cgs ("": none).
+	cgroup string
+	cgs    *execCgroups
 
 	stdin       *os.File    // pipe write end or PTY master
 	stdinMu     sync.Mutex  // serialises writes to stdin
@@ -186,7 +189,7 @@ var pumpBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 // hold no unread byte and no pump is delivering one (after a short grace),
 // or after drainMax in any case. A loaded machine that is slow to schedule
 // the pumps therefore delays the exit event; it never loses output.
-func (p *process) finish(t *table) {
+func (p *process) finish(t *table, cgs *execCgroups) {
 	<-p.reaped
 	if p.timer != nil {
 		p.timer.Stop()
@@ -217,6 +220,7 @@ wait:
 	p.closeStdin(false)
 	close(p.done)
 	t.retire(p)
+	cgs.release(p.cgroup)
 }
 
 // subscribe returns the buffered output (when replay) and, while p has not
@@ -288,12 +292,20 @@ func (p *process) closeStdin(eof bool) {
 	_ = p.stdin.Close()
 }
 
-// signal sends sig to the process group of p.
+// signal sends sig to the process group of p. SIGKILL (a timeout, an
+// explicit kill, the guest's shutdown) goes further: it kills the exec's
+// cgroup, every process the exec started wherever it went (see
+// execCgroups), and then the process group.
 func (p *process) signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.result != nil {
 		return fmt.Errorf("process %d has exited: %w", p.pid, errdefs.ErrConflict)
+	}
+	if sig == syscall.SIGKILL && p.cgroup != "" {
+		if err := p.cgs.kill(p.cgroup); err != nil {
+			return fmt.Errorf("signalling process %d: %w", p.pid, err)
+		}
 	}
 	err := unix.Kill(-p.pid, sig)
 	if err == unix.ESRCH {

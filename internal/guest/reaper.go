@@ -32,14 +32,19 @@ type reaper struct {
 	sigc chan os.Signal
 	stop chan struct{}
 	done chan struct{}
+	// orphansGone, when set, is called after a pass that reaped a process
+	// the reaper did not start (an orphan), and once a second, from the
+	// reaper's goroutine.
+	orphansGone func()
 }
 
-func newReaper() *reaper {
+func newReaper(orphansGone func()) *reaper {
 	r := &reaper{
-		waiters: make(map[int]func(syscall.WaitStatus)),
-		sigc:    make(chan os.Signal, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		orphansGone: orphansGone,
+		waiters:     make(map[int]func(syscall.WaitStatus)),
+		sigc:        make(chan os.Signal, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
 	}
 	signal.Notify(r.sigc, syscall.SIGCHLD)
 	go r.loop()
@@ -49,9 +54,15 @@ func newReaper() *reaper {
 // start forks argv0 and registers onExit, which the reaper calls (from its
 // own goroutine, so it must not block) with the child's wait status.
 func (r *reaper) start(argv0 string, argv []string, attr *syscall.ProcAttr, onExit func(syscall.WaitStatus)) (int, error) {
+	return r.startWith(func() (int, error) { return syscall.ForkExec(argv0, argv, attr) }, onExit)
+}
+
+// startWith is start with the fork and exec done by fork (which may run it
+// on another thread, see domains).
+func (r *reaper) startWith(fork func() (int, error), onExit func(syscall.WaitStatus)) (int, error) {
 	r.forkMu.RLock()
 	defer r.forkMu.RUnlock()
-	pid, err := syscall.ForkExec(argv0, argv, attr)
+	pid, err := fork()
 	if err != nil {
 		return 0, err
 	}
@@ -72,6 +83,11 @@ func (r *reaper) loop() {
 		select {
 		case <-r.sigc:
 		case <-tick.C:
+			// Also now and then without an orphan reaped: a cgroup
+			// that emptied just before it was recorded lingering.
+			if r.orphansGone != nil {
+				r.orphansGone()
+			}
 		case <-r.stop:
 			signal.Stop(r.sigc)
 			r.reapAll()
@@ -82,6 +98,14 @@ func (r *reaper) loop() {
 
 // reapAll collects every exited child without blocking.
 func (r *reaper) reapAll() {
+	if r.reapPass() && r.orphansGone != nil {
+		r.orphansGone()
+	}
+}
+
+// reapPass collects every exited child without blocking and reports
+// whether one was an orphan.
+func (r *reaper) reapPass() (orphans bool) {
 	r.forkMu.Lock()
 	defer r.forkMu.Unlock()
 	for {
@@ -91,7 +115,7 @@ func (r *reaper) reapAll() {
 			continue
 		}
 		if err != nil || pid <= 0 {
-			return // ECHILD: no children; 0: none exited
+			return orphans // ECHILD: no children; 0: none exited
 		}
 		r.mu.Lock()
 		fn := r.waiters[pid]
@@ -99,8 +123,10 @@ func (r *reaper) reapAll() {
 		r.mu.Unlock()
 		if fn != nil {
 			fn(ws)
+		} else {
+			// Unknown pids are orphans reparented to us: reaped silently.
+			orphans = true
 		}
-		// Unknown pids are orphans reparented to us: reaped silently.
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -43,6 +44,10 @@ type Options struct {
 	// MaxOutputBuffer is the per-process replay buffer in bytes (newest
 	// output kept); default 1 MiB.
 	MaxOutputBuffer int
+	// ExecCgroup is the directory of the cgroup v2 cgroup the guest runs
+	// in, delegated to it, in which every exec gets a cgroup of its own
+	// (see execCgroups); nil: execs get none.
+	ExecCgroup *os.File
 }
 
 const (
@@ -57,6 +62,8 @@ type server struct {
 	log    *slog.Logger
 	etc    string // directory holding passwd and group
 	reaper *reaper
+	cgs    *execCgroups
+	dom    *domains
 	table  *table
 	tun    *tunnels
 }
@@ -81,7 +88,8 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 	if err := markFDsCloexec(); err != nil {
 		log.Warn("marking inherited descriptors close-on-exec", "err", err)
 	}
-	s := &server{opts: opts, log: log, etc: "/etc", reaper: newReaper(), table: newTable(maxExited), tun: newTunnels(log)}
+	cgs := newExecCgroups(opts.ExecCgroup, log)
+	s := &server{opts: opts, log: log, etc: "/etc", reaper: newReaper(cgs.sweep), cgs: cgs, dom: newDomains(log), table: newTable(maxExited), tun: newTunnels(log)}
 	defer s.reaper.close()
 	defer s.tun.close()
 

@@ -23,7 +23,9 @@ import (
 //
 // A secret named in an exec request is resolved here, host-side, and placed
 // only in the environment of that one process (it travels to the guest in
-// the exec request over the guest socket and from there into execve): it is
+// the exec request over the guest socket and from there into execve; the
+// process runs private, so no other process of the sandbox can read that
+// environment, see api.ExecRequest.Private): it is
 // never written to the sandbox's filesystem, its record, a checkpoint or a
 // log. Every value a sandbox's runs were given is remembered (in memory
 // only) and redacted from all output of that sandbox's exec and attach
@@ -146,6 +148,9 @@ func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) 
 	if len(want) > maxExecSecrets {
 		return nil, fmt.Errorf("at most %d secrets per exec: %w", maxExecSecrets, errdefs.ErrInvalidArgument)
 	}
+	// A process holding a secret or a token runs private: the sandbox's
+	// other processes cannot read its environment (guest, domains.go).
+	req.Private = true
 	m.sec.mu.Lock()
 	st, tokens := m.sec.store, m.sec.tokens
 	m.sec.mu.Unlock()

@@ -54,6 +54,9 @@ type cgroupManager interface {
 	// cpuFiles are the cgroup's cpu.idle and thread list files, or ""
 	// when the cpu controller is not there.
 	cpuFiles() (idle, tasks string)
+	// execRoot is the host directory of the v2 cgroup delegated to the
+	// guest for its per-exec cgroups (see execcgroup.go), or "".
+	execRoot() string
 }
 
 // cgroupMode names the host's cgroup layout: "v2" when only the unified
@@ -131,7 +134,14 @@ func loadCgroup(mode, path string) (cgroupManager, error) {
 		}
 		return nil, fmt.Errorf("loading cgroup %s: %w", path, err)
 	}
-	return v1FromCgroup(cg, path)
+	c, err := v1FromCgroup(cg, path)
+	if err != nil {
+		return nil, err
+	}
+	if mode == "hybrid" {
+		c.unified = findUnified(c)
+	}
+	return c, nil
 }
 
 // --- v1 ---
@@ -139,6 +149,10 @@ func loadCgroup(mode, path string) (cgroupManager, error) {
 type cgroupV1 struct {
 	cg   cgroup1.Cgroup
 	path string
+	// unified is the host directory of the guest's delegated cgroup on
+	// the unified hierarchy of a hybrid host ("" if none); its name need
+	// not match path (v2 cgroups cannot be renamed).
+	unified string
 	// dir maps controller name to its host directory.
 	dir map[cgroup1.Name]string
 	ctr *counters
@@ -227,6 +241,7 @@ func (c *cgroupV1) renameTo(path string, res runtime.Resources) (*cgroupV1, erro
 	if err != nil {
 		return nil, err
 	}
+	nc.unified = c.unified
 	if err := cg.Update(v1Resources(subs, res)); err != nil {
 		return nil, fmt.Errorf("setting limits of cgroup %s: %w", path, err)
 	}
@@ -372,6 +387,9 @@ func (c *cgroupV1) stats() (runtime.Stats, error) {
 // cannot do alone (sub-cgroups; a task still leaving) goes to the library.
 func (c *cgroupV1) delete() error {
 	c.ctr.close()
+	if err := removeCgroupTree(c.unified); err != nil {
+		return err
+	}
 	done := map[string]bool{} // co-mounted controllers share a dir
 	for _, dir := range c.dir {
 		if done[dir] {
@@ -398,8 +416,13 @@ func (c *cgroupV1) dirs() []string {
 	for _, d := range c.dir {
 		out = append(out, d)
 	}
+	if c.unified != "" {
+		out = append(out, c.unified)
+	}
 	return out
 }
+
+func (c *cgroupV1) execRoot() string { return c.unified }
 
 func (c *cgroupV1) cpuUsage() (int64, error) { return c.ctr.read(cpuCounter) }
 
@@ -516,6 +539,10 @@ func (c *cgroupV2) stats() (runtime.Stats, error) {
 
 func (c *cgroupV2) delete() error {
 	c.ctr.close()
+	// The guest's per-exec cgroups first: rmdir refuses a parent.
+	if err := removeCgroupChildren(filepath.Join(cgroupRoot, c.path)); err != nil {
+		return fmt.Errorf("deleting cgroup %s: %w", c.path, err)
+	}
 	if err := c.m.Delete(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("deleting cgroup %s: %w", c.path, err)
 	}
@@ -523,6 +550,8 @@ func (c *cgroupV2) delete() error {
 }
 
 func (c *cgroupV2) dirs() []string { return []string{filepath.Join(cgroupRoot, c.path)} }
+
+func (c *cgroupV2) execRoot() string { return filepath.Join(cgroupRoot, c.path) }
 
 func (c *cgroupV2) cpuUsage() (int64, error) { return c.ctr.read(cpuCounter) }
 

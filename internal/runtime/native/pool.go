@@ -335,7 +335,26 @@ func (p *zygotePool) spawn() (*zygote, error) {
 		return nil, err
 	}
 	z.cg = cg.(*cgroupV1)
-	g, err := spawnGuest(p.forker, p.cfg.RunnerDir, p.cfg.UIDMap, p.cfg.GIDMap, lnFile, logFile, -1, p.keepEnv)
+	// Born in a delegated cgroup of the unified hierarchy of its own, for
+	// its per-exec cgroups (execcgroup.go); the v1 cgroups are joined
+	// below.
+	cgfd := -1
+	if dir, err := newUnifiedDir("/"+p.cgroupParent+"/"+name, p.cfg.UIDMap.HostID, p.cfg.GIDMap.HostID); err != nil {
+		_ = z.cg.delete()
+		_ = os.Remove(z.sockPath)
+		_ = os.Remove(z.logPath)
+		return nil, err
+	} else if dir != "" {
+		z.cg.unified = dir
+		if cgfd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			_ = z.cg.delete()
+			_ = os.Remove(z.sockPath)
+			_ = os.Remove(z.logPath)
+			return nil, fmt.Errorf("opening cgroup dir: %w", err)
+		}
+		defer unix.Close(cgfd)
+	}
+	g, err := spawnGuest(p.forker, p.cfg.RunnerDir, p.cfg.UIDMap, p.cfg.GIDMap, lnFile, logFile, cgfd, p.keepEnv)
 	if err != nil {
 		_ = z.cg.delete()
 		_ = os.Remove(z.sockPath)

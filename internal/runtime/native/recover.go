@@ -69,6 +69,7 @@ func (b *Backend) Recover(ctx context.Context, spec runtime.Spec, raw []byte) (r
 	if in, err := cg.contains(st.Pid); err != nil || !in {
 		return nil, fmt.Errorf("recovering sandbox %s: pid %d is not in cgroup %s: %w", spec.ID, st.Pid, st.Cgroup, errdefs.ErrNotFound)
 	}
+
 	done, err := watchPidfd(pidfd)
 	if err != nil {
 		return nil, fmt.Errorf("recovering sandbox %s: %w", spec.ID, err)

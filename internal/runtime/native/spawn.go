@@ -81,6 +81,13 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		if cg, err = newCgroup(b.mode, cgPath, spec.Resources); err != nil {
 			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 		}
+		if err := b.delegateExecRoot(cg, cgPath, spec); err != nil {
+			tctx, cancel := teardownCtx()
+			_ = cg.killAll(tctx)
+			cancel()
+			_ = cg.delete()
+			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+		}
 	}
 	undo.add(func() {
 		tctx, cancel := teardownCtx()
@@ -121,7 +128,7 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 
 	// Only now may the guest start setup: it blocks reading its config.
 	tSpawn := time.Since(start)
-	if err := g.sendConfig(spec); err != nil {
+	if err := g.sendConfig(spec, cg.execRoot()); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: sending guest config: %w", spec.ID, err)
 	}
 	if err := g.waitReady(ctx); err != nil {
@@ -194,6 +201,27 @@ func listen(path string) (*os.File, error) {
 	return f, nil
 }
 
+// delegateExecRoot gives the guest of a new cold sandbox the v2 cgroup for
+// its per-exec cgroups (execcgroup.go): on v2 the sandbox's cgroup, on a
+// hybrid host a controller-less cgroup of the unified hierarchy beside the
+// v1 ones (none on a legacy host).
+func (b *Backend) delegateExecRoot(cg cgroupManager, cgPath string, spec runtime.Spec) error {
+	switch c := cg.(type) {
+	case *cgroupV2:
+		return delegate(c.execRoot(), spec.UIDMap.HostID, spec.GIDMap.HostID)
+	case *cgroupV1:
+		if b.mode != "hybrid" {
+			return nil
+		}
+		dir, err := newUnifiedDir(cgPath, spec.UIDMap.HostID, spec.GIDMap.HostID)
+		if err != nil {
+			return err
+		}
+		c.unified = dir
+	}
+	return nil
+}
+
 // guestProc is a started guest before it is ready.
 type guestProc struct {
 	pid   int
@@ -203,8 +231,9 @@ type guestProc struct {
 }
 
 // startGuest starts the runner binary cold in new namespaces with the
-// protocol fds of package nsinit (on cgroup v2 directly inside the sandbox's
-// cgroup).
+// protocol fds of package nsinit, directly inside the v2 cgroup delegated
+// to it when there is one (cg.execRoot: the sandbox's cgroup on v2, its
+// unified cgroup on a hybrid host).
 func startGuest(f *guestForker, mode string, spec runtime.Spec, cg cgroupManager, lnFile *os.File) (*guestProc, error) {
 	logFile, err := os.OpenFile(filepath.Join(spec.StateDir, guestLogName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
@@ -212,9 +241,8 @@ func startGuest(f *guestForker, mode string, spec runtime.Spec, cg cgroupManager
 	}
 	defer logFile.Close()
 	cgfd := -1
-	if mode == "v2" {
-		dirs := cg.dirs()
-		cgfd, err = unix.Open(dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if dir := cg.execRoot(); dir != "" {
+		cgfd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("opening cgroup dir: %w", err)
 		}
@@ -333,16 +361,17 @@ func guestEnv(extra string) []string {
 	return []string{guestPath, guestProcs, extra}
 }
 
-func (g *guestProc) sendConfig(spec runtime.Spec) error {
+func (g *guestProc) sendConfig(spec runtime.Spec, execCgroup string) error {
 	defer g.cfgW.Close()
 	cfg := nsinit.Config{
-		Layers:    spec.Layers,
-		UpperDir:  spec.UpperDir,
-		WorkDir:   spec.WorkDir,
-		RunnerDir: spec.RunnerDir,
-		Rootfs:    spec.StateDir,
-		Hostname:  spec.Hostname,
-		OpenFiles: uint64(max(spec.Resources.OpenFiles, 0)),
+		ExecCgroup: execCgroup,
+		Layers:     spec.Layers,
+		UpperDir:   spec.UpperDir,
+		WorkDir:    spec.WorkDir,
+		RunnerDir:  spec.RunnerDir,
+		Rootfs:     spec.StateDir,
+		Hostname:   spec.Hostname,
+		OpenFiles:  uint64(max(spec.Resources.OpenFiles, 0)),
 	}
 	return json.NewEncoder(g.cfgW).Encode(cfg)
 }

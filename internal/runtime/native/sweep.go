@@ -68,6 +68,9 @@ func (b *Backend) SweepOrphans(ctx context.Context, keep func(id string) bool) (
 		b.log.WarnContext(ctx, "removed orphaned cgroup", "cgroup", "/"+b.cgroupParent+"/"+name)
 		swept = append(swept, name)
 	}
+	if b.mode == "hybrid" {
+		sweepUnified(b.cgroupParent)
+	}
 	if len(errs) > 0 {
 		return swept, fmt.Errorf("sweeping cgroups under %s: %w", b.cgroupParent, errors.Join(errs...))
 	}

@@ -84,3 +84,29 @@ func highestMappedID(path string) (uint64, error) {
 	}
 	return hi, nil
 }
+
+// namespaceLimits are the per-user-namespace limits on nested namespaces.
+var namespaceLimits = []string{
+	"max_user_namespaces", "max_mnt_namespaces", "max_pid_namespaces", "max_net_namespaces",
+	"max_ipc_namespaces", "max_uts_namespaces", "max_cgroup_namespaces", "max_time_namespaces",
+}
+
+// forbidNamespaces sets every user.max_*_namespaces of the sandbox's user
+// namespace to 0: no process of the sandbox can create a namespace, even
+// a user namespace (which needs no capability) through clone3, which the
+// seccomp filter cannot inspect (see Policy). The limits bind the whole
+// subtree and only CAP_SYS_RESOURCE in the sandbox's user namespace could
+// raise them; it must run before applySecurity drops that, and through a
+// writable /proc/sys (before the pivot).
+func forbidNamespaces() error {
+	for _, n := range namespaceLimits {
+		p := "/proc/sys/user/" + n
+		if err := os.WriteFile(p, []byte("0"), 0); err != nil {
+			if os.IsNotExist(err) && n == "max_time_namespaces" {
+				continue // before Linux 5.6
+			}
+			return &SyscallError{Op: "write", Target: p, Err: err}
+		}
+	}
+	return nil
+}

@@ -55,6 +55,10 @@ type Config struct {
 	// OpenFiles is RLIMIT_NOFILE of the guest and so of every process it
 	// starts (0: inherited).
 	OpenFiles uint64 `json:"open_files,omitempty"`
+	// ExecCgroup is the host directory of the cgroup v2 cgroup the guest
+	// was born in and that the host delegated to the sandbox's root; the
+	// guest makes its per-exec cgroups in it ("": none, see ExecCgroupDir).
+	ExecCgroup string `json:"exec_cgroup,omitempty"`
 }
 
 // SyncMessage is the failure report written on SyncFD.
@@ -192,6 +196,9 @@ func setup() (net.Listener, error) {
 			}
 		}
 	}
+	if err := openExecCgroup(cfg.ExecCgroup); err != nil {
+		return nil, err
+	}
 	// The host has placed us in the sandbox cgroup by now; a fresh cgroup
 	// namespace makes that cgroup the root of what the sandbox sees. unshare
 	// is per thread, so it runs on every thread of this process (each gets
@@ -210,10 +217,18 @@ func setup() (net.Listener, error) {
 	if err := limitOpenFiles(cfg.OpenFiles); err != nil {
 		return nil, err
 	}
+	if err := noCoreDumps(); err != nil {
+		return nil, err
+	}
 	if err := loopbackUp(); err != nil {
 		return nil, err
 	}
 	if err := allowPing(); err != nil {
+		return nil, err
+	}
+	// Last of the namespaces made; before the pivot, which leaves a
+	// read-only /proc/sys.
+	if err := forbidNamespaces(); err != nil {
 		return nil, err
 	}
 	if err := pivotRoot(cfg.Rootfs); err != nil {
@@ -230,6 +245,9 @@ func setup() (net.Listener, error) {
 		return nil, fmt.Errorf("listener on fd %d: %w", ListenerFD, err)
 	}
 	keep := map[int]bool{SyncFD: true}
+	if execCgroup != nil {
+		keep[int(execCgroup.Fd())] = true
+	}
 	fd, err := listenerFD(ln)
 	if err != nil {
 		ln.Close()
@@ -310,3 +328,33 @@ func closeExtraFDs(keep map[int]bool) {
 		_ = unix.Close(fd)
 	}
 }
+
+// execCgroup is the directory of the delegated cgroup the guest makes its
+// per-exec cgroups in, opened during setup; nil when there is none.
+var execCgroup *os.File
+
+// openExecCgroup opens dir (a host path, reachable until the pivot) when
+// set. It must run before pivotRoot, while the host's cgroup mounts are
+// still in view; the descriptor stays usable inside the sandbox, whose
+// processes never get it (close-on-exec; the guest is not dumpable).
+func openExecCgroup(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &SyscallError{Op: "open", Target: dir, Err: err}
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+		unix.Close(fd)
+		return &SyscallError{Op: "open", Target: dir, Err: unix.ENOTDIR}
+	}
+	execCgroup = os.NewFile(uintptr(fd), "exec-cgroup")
+	return nil
+}
+
+// ExecCgroupDir returns the delegated cgroup v2 directory the guest was
+// born in (Config.ExecCgroup), opened before the pivot, or nil when the
+// host has none. Call it from Main's serve function.
+func ExecCgroupDir() *os.File { return execCgroup }
