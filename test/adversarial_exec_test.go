@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -103,6 +102,32 @@ func TestAdversarialExecTimeoutKillsDescendants(t *testing.T) {
 			t.Fatalf("after SIGKILL of the exec, its processes still run:\n%s", left)
 		}
 	})
+	// The guest holds its cgroup tree open; no exec may start in it,
+	// whether its cwd names one of the guest's descriptors or is a
+	// symlink planted to one (root inside may plant one at /root, the
+	// default cwd).
+	t.Run("cwd-cannot-reach-cgroup-tree", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for fd := 3; fd <= 12; fd++ {
+			link := fmt.Sprintf("/tmp/cw%d", fd)
+			mustRun(t, sb, fmt.Sprintf("ln -sfn /proc/self/fd/%d %s", fd, link))
+			for _, cwd := range []string{fmt.Sprintf("/proc/self/fd/%d", fd), link} {
+				res, err := sb.Run(ctx, "ls; ls ..", agentbox.WithCwd(cwd))
+				if err != nil {
+					continue // refused
+				}
+				if out := string(res.Stdout); strings.Contains(out, "cgroup.") {
+					t.Errorf("an exec with cwd %s started in a cgroup directory:\n%s", cwd, out)
+				}
+			}
+		}
+		mustRun(t, sb, "mv /root /root.real && ln -s /proc/self/fd/4 /root")
+		defer mustRun(t, sb, "rm /root && mv /root.real /root", agentbox.WithCwd("/"))
+		if res, err := sb.Run(ctx, "ls; ls .."); err == nil && strings.Contains(string(res.Stdout), "cgroup.") {
+			t.Errorf("an exec with a planted home directory started in a cgroup directory:\n%s", res.Stdout)
+		}
+	})
 	// Other execs are untouched by one exec's timeout.
 	t.Run("neighbour-survives", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -124,17 +149,18 @@ func TestAdversarialExecTimeoutKillsDescendants(t *testing.T) {
 // at /usr/local/bin/<name>.
 func buildHelper(t *testing.T, sb *agentbox.Sandbox, name string) string {
 	t.Helper()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = "/usr/local/go/bin/go"
 	}
 	out := filepath.Join(t.TempDir(), name)
 	cmd := exec.Command(goBin, "build", "-o", out, "./testdata/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
+	b, err := cmd.CombinedOutput()
+	if err != nil {
 		t.Fatalf("building %s: %v\n%s", name, err, b)
 	}
-	b, err := os.ReadFile(out)
+	b, err = os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ type execFlags struct {
 	detach      bool
 	secrets     []string // NAME[=ENV]
 	token       bool
+	private     bool
 	checkpoint  bool // checkpoint before the command
 	rollback    bool // and restore it when the command fails
 }
@@ -52,7 +53,7 @@ func (f *execFlags) baseRequest(argv []string) (api.ExecRequest, error) {
 	if f.timeout < 0 {
 		return api.ExecRequest{}, fmt.Errorf("--timeout must not be negative")
 	}
-	return api.ExecRequest{Cmd: argv, Env: env, Cwd: f.cwd, User: f.user, TimeoutSeconds: f.timeout.Seconds(),
+	return api.ExecRequest{Cmd: argv, Env: env, Cwd: f.cwd, User: f.user, TimeoutSeconds: f.timeout.Seconds(), Private: f.private,
 		CheckpointBefore: f.checkpoint || f.rollback, RollbackOnFailure: f.rollback}, nil
 }
 
@@ -98,10 +99,11 @@ func execCmd(g *globals) *cobra.Command {
 	f.StringArrayVarP(&ef.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringVarP(&ef.cwd, "cwd", "w", "", "working directory inside the sandbox")
 	f.StringVarP(&ef.user, "user", "u", "", "user (name or uid[:gid]) inside the sandbox")
-	f.DurationVar(&ef.timeout, "timeout", 0, "kill the command after this long, e.g. 30s")
+	f.DurationVar(&ef.timeout, "timeout", 0, "kill the command and every process it started after this long, e.g. 30s")
 	f.BoolVarP(&ef.detach, "detach", "d", false, "run in the background and print the pid")
 	f.StringArrayVar(&ef.secrets, "secret", nil, "put stored secret NAME into the command's environment as ENV (default NAME): NAME[=ENV] (repeatable)")
 	f.BoolVar(&ef.token, "token", false, "give the command a bridge token in $"+api.RunTokenEnv+", revoked when it ends")
+	f.BoolVar(&ef.private, "private", false, "hide the command's environment and memory from the sandbox's other processes (implied by --secret and --token)")
 	f.BoolVar(&ef.checkpoint, "checkpoint", false, "checkpoint the sandbox before the command runs")
 	f.BoolVar(&ef.rollback, "rollback-on-failure", false, "checkpoint first and restore that checkpoint if the command fails or times out")
 	f.SetInterspersed(false) // flags after ID belong to CMD

@@ -53,8 +53,27 @@ type execSpec struct {
 	path string
 	argv []string
 	env  []string
-	dir  string
+	dir  string // started in through a descriptor: see openCwd
 	cred *syscall.Credential
+}
+
+// openCwd opens the working directory of a process to start, refusing
+// magic links (/proc/<pid>/fd/<n>, /proc/<pid>/cwd, root), whether in a
+// requested cwd or planted as a symlink at a home directory: the child
+// changes into it before its execve, while it still holds the guest's
+// close-on-exec descriptors (the exec cgroup tree among them), which must
+// not be reachable that way. The process is then started in
+// "/proc/self/fd/<fd>", the directory this check saw, so no symlink
+// swapped in after the check matters.
+func openCwd(dir string) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("cwd %q: %v: %w", dir, err, errdefs.ErrInvalidArgument)
+	}
+	return fd, nil
 }
 
 func (s *server) resolveExec(req *api.ExecRequest) (*execSpec, error) {
@@ -189,8 +208,13 @@ func (s *server) start(req *api.ExecRequest, sub *subscriber) (*process, error) 
 	}()
 	var outputs []*os.File
 	var streams []proto.FrameType
+	cwd, err := openCwd(spec.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(cwd)
 	attr := &syscall.ProcAttr{
-		Dir: spec.dir,
+		Dir: "/proc/self/fd/" + strconv.Itoa(cwd),
 		Env: spec.env,
 		Sys: &syscall.SysProcAttr{Setsid: true, Credential: spec.cred},
 	}
@@ -285,7 +309,7 @@ func (s *server) start(req *api.ExecRequest, sub *subscriber) (*process, error) 
 // fails either way (an execve error) is reported as such.
 func (s *server) startIn(p *process, spec *execSpec, attr *syscall.ProcAttr, private bool) (int, error) {
 	start := func() (int, error) {
-		return s.reaper.startWith(func() (int, error) {
+		return s.reaper.start(func() (int, error) {
 			return s.dom.fork(private, func() (int, error) { return syscall.ForkExec(spec.path, spec.argv, attr) })
 		}, p.onExit)
 	}

@@ -51,15 +51,11 @@ func newReaper(orphansGone func()) *reaper {
 	return r
 }
 
-// start forks argv0 and registers onExit, which the reaper calls (from its
-// own goroutine, so it must not block) with the child's wait status.
-func (r *reaper) start(argv0 string, argv []string, attr *syscall.ProcAttr, onExit func(syscall.WaitStatus)) (int, error) {
-	return r.startWith(func() (int, error) { return syscall.ForkExec(argv0, argv, attr) }, onExit)
-}
-
-// startWith is start with the fork and exec done by fork (which may run it
-// on another thread, see domains).
-func (r *reaper) startWith(fork func() (int, error), onExit func(syscall.WaitStatus)) (int, error) {
+// start runs fork (a fork and exec, perhaps on another thread: see
+// domains) and registers onExit for the child it started, which the reaper
+// calls (from its own goroutine, so it must not block) with the child's
+// wait status.
+func (r *reaper) start(fork func() (int, error), onExit func(syscall.WaitStatus)) (int, error) {
 	r.forkMu.RLock()
 	defer r.forkMu.RUnlock()
 	pid, err := fork()

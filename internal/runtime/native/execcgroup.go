@@ -1,7 +1,6 @@
 package native
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -40,9 +39,11 @@ import (
 // can make sub-cgroups and move its processes between them but never
 // raise a limit, and a process cannot leave the delegated subtree (a move
 // needs write access to the common ancestor's cgroup.procs, and the
-// guest's cgroup namespace is rooted at the delegated cgroup). Sandbox
-// processes never see a cgroup filesystem: none is mounted inside, and
-// they cannot mount one (no CAP_SYS_ADMIN).
+// guest's cgroup namespace is rooted at the delegated cgroup). The guest
+// reaches its cgroup through a detached cgroup2 mount of its own cgroup
+// namespace (nsinit.ExecCgroupDir). Sandbox processes never see a cgroup
+// filesystem: none is mounted inside, and they cannot mount one (no
+// CAP_SYS_ADMIN).
 
 // unifiedRoot is the mount point of the v2 hierarchy on a hybrid host.
 const unifiedRoot = "/sys/fs/cgroup/unified"
@@ -155,16 +156,27 @@ func removeCgroupChildren(dir string) error {
 // that pid (a guest or one of its processes, of a hybrid host) is in or
 // below, when it lies under parent (e.g. "/agentbox"); "" otherwise.
 func unifiedDirOf(pid int, parent string) string {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		p, ok := strings.CutPrefix(sc.Text(), "0::")
+	return unifiedDirIn(string(b), parent)
+}
+
+// unifiedDirIn is unifiedDirOf for the text of a /proc/<pid>/cgroup file:
+// the directory below unifiedRoot of the first path component under parent
+// of its "0::" (unified) line.
+func unifiedDirIn(procCgroup, parent string) string {
+	if !strings.HasPrefix(parent, "/") || filepath.Clean(parent) != parent || parent == "/" {
+		return ""
+	}
+	for line := range strings.SplitSeq(procCgroup, "\n") {
+		p, ok := strings.CutPrefix(line, "0::")
 		if !ok {
 			continue
+		}
+		if !strings.HasPrefix(p, "/") {
+			return ""
 		}
 		rest, ok := strings.CutPrefix(filepath.Clean(p), parent+"/")
 		if !ok || rest == "" {

@@ -128,7 +128,7 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 
 	// Only now may the guest start setup: it blocks reading its config.
 	tSpawn := time.Since(start)
-	if err := g.sendConfig(spec, cg.execRoot()); err != nil {
+	if err := g.sendConfig(spec, cg.execRoot() != ""); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: sending guest config: %w", spec.ID, err)
 	}
 	if err := g.waitReady(ctx); err != nil {
@@ -361,17 +361,17 @@ func guestEnv(extra string) []string {
 	return []string{guestPath, guestProcs, extra}
 }
 
-func (g *guestProc) sendConfig(spec runtime.Spec, execCgroup string) error {
+func (g *guestProc) sendConfig(spec runtime.Spec, execCgroups bool) error {
 	defer g.cfgW.Close()
 	cfg := nsinit.Config{
-		ExecCgroup: execCgroup,
-		Layers:     spec.Layers,
-		UpperDir:   spec.UpperDir,
-		WorkDir:    spec.WorkDir,
-		RunnerDir:  spec.RunnerDir,
-		Rootfs:     spec.StateDir,
-		Hostname:   spec.Hostname,
-		OpenFiles:  uint64(max(spec.Resources.OpenFiles, 0)),
+		ExecCgroups: execCgroups,
+		Layers:      spec.Layers,
+		UpperDir:    spec.UpperDir,
+		WorkDir:     spec.WorkDir,
+		RunnerDir:   spec.RunnerDir,
+		Rootfs:      spec.StateDir,
+		Hostname:    spec.Hostname,
+		OpenFiles:   uint64(max(spec.Resources.OpenFiles, 0)),
 	}
 	return json.NewEncoder(g.cfgW).Encode(cfg)
 }

@@ -2,6 +2,7 @@ package nsinit
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -59,9 +60,17 @@ func highestMappedID(path string) (uint64, error) {
 		return 0, err
 	}
 	defer f.Close()
+	return parseHighestMappedID(f)
+}
+
+// parseHighestMappedID reads an id map ("inside outside count" lines) and
+// returns the highest inside id it maps; lines that are not three 32-bit
+// numbers with a count above 0 are skipped. It fails with EINVAL when no
+// line maps anything.
+func parseHighestMappedID(r io.Reader) (uint64, error) {
 	var hi uint64
 	found := false
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
 		if len(fs) != 3 {

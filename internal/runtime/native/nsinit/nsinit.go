@@ -55,10 +55,10 @@ type Config struct {
 	// OpenFiles is RLIMIT_NOFILE of the guest and so of every process it
 	// starts (0: inherited).
 	OpenFiles uint64 `json:"open_files,omitempty"`
-	// ExecCgroup is the host directory of the cgroup v2 cgroup the guest
-	// was born in and that the host delegated to the sandbox's root; the
-	// guest makes its per-exec cgroups in it ("": none, see ExecCgroupDir).
-	ExecCgroup string `json:"exec_cgroup,omitempty"`
+	// ExecCgroups says the guest was born in a cgroup v2 cgroup the host
+	// delegated to the sandbox's root: the guest makes its per-exec
+	// cgroups in it (see ExecCgroupDir).
+	ExecCgroups bool `json:"exec_cgroups,omitempty"`
 }
 
 // SyncMessage is the failure report written on SyncFD.
@@ -196,15 +196,17 @@ func setup() (net.Listener, error) {
 			}
 		}
 	}
-	if err := openExecCgroup(cfg.ExecCgroup); err != nil {
-		return nil, err
-	}
 	// The host has placed us in the sandbox cgroup by now; a fresh cgroup
 	// namespace makes that cgroup the root of what the sandbox sees. unshare
 	// is per thread, so it runs on every thread of this process (each gets
 	// an equivalent namespace rooted at the same cgroup).
 	if _, _, errno := syscallAllThreads(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); errno != 0 {
 		return nil, &SyscallError{Op: "unshare", Target: "CLONE_NEWCGROUP", Err: errno}
+	}
+	if cfg.ExecCgroups {
+		if err := openExecCgroup(); err != nil {
+			return nil, err
+		}
 	}
 	if err := setupRootfs(cfg); err != nil {
 		return nil, err
@@ -329,32 +331,37 @@ func closeExtraFDs(keep map[int]bool) {
 	}
 }
 
-// execCgroup is the directory of the delegated cgroup the guest makes its
-// per-exec cgroups in, opened during setup; nil when there is none.
+// execCgroup is the root of a private, detached cgroup2 mount whose root
+// is the guest's delegated cgroup, made during setup; nil when there is
+// none.
 var execCgroup *os.File
 
-// openExecCgroup opens dir (a host path, reachable until the pivot) when
-// set. It must run before pivotRoot, while the host's cgroup mounts are
-// still in view; the descriptor stays usable inside the sandbox, whose
-// processes never get it (close-on-exec; the guest is not dumpable).
-func openExecCgroup(dir string) error {
-	if dir == "" {
-		return nil
-	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// openExecCgroup mounts the cgroup v2 hierarchy as the guest's new cgroup
+// namespace sees it (rooted at the delegated cgroup the guest was born
+// in) without attaching the mount anywhere (fsopen, fsmount), and keeps
+// the mount's root. Detached, the mount has no parent: ".." from its root
+// stays there, so neither the guest nor a path through
+// /proc/<pid>/fd/<n> can climb from it to anything but the delegated
+// cgroup. It must run after unshare(CLONE_NEWCGROUP) and while the guest
+// holds CAP_SYS_ADMIN; the descriptor is close-on-exec.
+func openExecCgroup() error {
+	fsfd, err := unix.Fsopen("cgroup2", unix.FSOPEN_CLOEXEC)
 	if err != nil {
-		return &SyscallError{Op: "open", Target: dir, Err: err}
+		return &SyscallError{Op: "fsopen", Target: "cgroup2", Err: err}
 	}
-	var st unix.Statfs_t
-	if err := unix.Fstatfs(fd, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
-		unix.Close(fd)
-		return &SyscallError{Op: "open", Target: dir, Err: unix.ENOTDIR}
+	defer unix.Close(fsfd)
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return &SyscallError{Op: "fsconfig", Target: "cgroup2", Err: err}
 	}
-	execCgroup = os.NewFile(uintptr(fd), "exec-cgroup")
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return &SyscallError{Op: "fsmount", Target: "cgroup2", Err: err}
+	}
+	execCgroup = os.NewFile(uintptr(mfd), "exec-cgroup")
 	return nil
 }
 
-// ExecCgroupDir returns the delegated cgroup v2 directory the guest was
-// born in (Config.ExecCgroup), opened before the pivot, or nil when the
-// host has none. Call it from Main's serve function.
+// ExecCgroupDir returns the root of the guest's delegated cgroup (see
+// openExecCgroup), or nil when the host delegated none. Call it from
+// Main's serve function.
 func ExecCgroupDir() *os.File { return execCgroup }
