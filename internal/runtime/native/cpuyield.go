@@ -559,6 +559,21 @@ func readTids(file string) ([]int, error) {
 			out = append(out, n)
 		}
 	}
+	// On v2 a sandbox's processes live in its guest's per-exec cgroups
+	// (execcgroup.go), below the sandbox's: their threads count too.
+	// (v1 "tasks" lists them already: per-exec cgroups are v2 only.)
+	if filepath.Base(file) == "cgroup.threads" {
+		ents, _ := os.ReadDir(filepath.Dir(file))
+		for _, e := range ents {
+			if !e.IsDir() {
+				continue
+			}
+			sub, err := readTids(filepath.Join(filepath.Dir(file), e.Name(), "cgroup.threads"))
+			if err == nil {
+				out = append(out, sub...)
+			}
+		}
+	}
 	return out, nil
 }
 

@@ -1,7 +1,9 @@
 package native
 
 import (
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -43,4 +45,33 @@ func FuzzUnifiedDirIn(f *testing.F) {
 			t.Fatalf("unifiedDirIn(%q, %q) = %q: not a child of %s", in, parent, got, base)
 		}
 	})
+}
+
+// TestReadTidsCountsExecCgroups: on v2 the CPU yield reads the threads of
+// the sandbox's cgroup and of its guest's per-exec cgroups below it.
+func TestReadTidsCountsExecCgroups(t *testing.T) {
+	dir := t.TempDir()
+	write := func(p, s string) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(dir, "cgroup.threads"), "1\n2\n")
+	write(filepath.Join(dir, "exec-1", "cgroup.threads"), "10\n")
+	write(filepath.Join(dir, "exec-2", "cgroup.threads"), "20\n21\n")
+	got, err := readTids(filepath.Join(dir, "cgroup.threads"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if want := []int{1, 2, 10, 20, 21}; !slices.Equal(got, want) {
+		t.Fatalf("readTids = %v, want %v", got, want)
+	}
+	write(filepath.Join(dir, "tasks"), "5\n")
+	if got, _ := readTids(filepath.Join(dir, "tasks")); !slices.Equal(got, []int{5}) {
+		t.Fatalf("readTids(v1 tasks) = %v", got)
+	}
 }
