@@ -160,7 +160,10 @@ func killCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "kill ID PID [SIGNAL]",
 		Short: "Send a signal (default TERM) to a process in a sandbox",
-		Args:  cobra.RangeArgs(2, 3),
+		Long: "Send a signal (default TERM) to the process group of a process started by exec.\n" +
+			"KILL also kills every process that exec started, wherever it went (new sessions,\n" +
+			"double forks, other process groups): the exec's cgroup.",
+		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pid, err := strconv.Atoi(args[1])
 			if err != nil {
