@@ -72,6 +72,7 @@ INTEGRATION=(
 	TestPipelineUsageGrowsAfterCPUBurn         # run metering from cpu.stat
 	TestTenantQuotas                           # tenant CPU quota from the counters
 	TestSecurity                               # the sandbox's view, cgroup namespace included
+	TestAdversarialExecTimeoutKillsDescendants # per-exec cgroups under a v2 sandbox cgroup: cgroup.kill on timeout
 )
 # One line per test binary: name, Go package, -test.run pattern ("" = all).
 # Keep the whole run within about 4 minutes on 2 CPUs of CI (TCG runs
