@@ -122,6 +122,12 @@ func (b *Backend) removeZygoteCgroups(ctx context.Context) {
 			b.log.WarnContext(ctx, "removing an earlier daemon's zygote cgroup", "cgroup", "/"+b.cgroupParent+"/"+name, "err", err)
 		}
 	}
+	// The empty delegated unified cgroups zygotes left (a zygote that
+	// exited on its own once its daemon was gone), when the parent is
+	// ours alone.
+	if b.mode == "hybrid" && b.parentLock != nil {
+		sweepUnified(b.cgroupParent)
+	}
 }
 
 // removeCgroupDirs removes the cgroup <parent>/<name> directory by
@@ -149,6 +155,23 @@ func removeCgroupDirs(ctx context.Context, roots []string, parent, name string) 
 		}
 		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("removing cgroup dir: %w", err))
+		}
+	}
+	// A hybrid host's guest of that name (started cold) also has a
+	// delegated unified cgroup, with its per-exec cgroups below.
+	if cgroupMode() == "hybrid" {
+		dir := filepath.Join(unifiedRoot, parent, name)
+		if _, err := os.Stat(dir); err == nil {
+			procs := func() ([]int, error) { return readProcs(dir) }
+			err := killUntilEmpty(ctx, dir, procs, func() error {
+				return os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+			})
+			if err == nil {
+				err = removeCgroupTree(dir)
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
