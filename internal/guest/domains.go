@@ -24,8 +24,10 @@ import (
 // domain of its own, which no other exec's domain encloses: no process of
 // the sandbox but the private process's own descendants can read its
 // environment, memory or descriptors, whatever its uid (root inside
-// included: no sandbox process holds CAP_SYS_PTRACE, and Landlock checks
-// apply on top of capabilities anyway). A process cannot leave its domain.
+// included). This rests on no sandbox process holding CAP_SYS_PTRACE (it
+// is not in nsinit.DefaultCaps): a tracer that holds it is let through by
+// Landlock (seen on Linux 6.18), and by the dumpable check too. A process
+// cannot leave its domain.
 //
 // The domains restrict nothing else: they handle only the "refer" file
 // access right (without which Landlock would refuse renames across
