@@ -411,9 +411,14 @@ func hostMountsUnder(dir string) []string {
 	return out
 }
 
-// removeCgroupParent removes the (by now empty) test cgroup parent.
+// removeCgroupParent removes the (by now empty) test cgroup parent, also
+// from the unified hierarchy of a hybrid host (guests' delegated cgroups).
 func removeCgroupParent(t *testing.T, parent string) {
-	for _, root := range hierarchyRoots() {
+	roots := hierarchyRoots()
+	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.procs"); err == nil {
+		roots = append(roots, "/sys/fs/cgroup/unified")
+	}
+	for _, root := range roots {
 		dir := filepath.Join(root, parent)
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
