@@ -231,6 +231,25 @@ func TestAdversarialExecSecretEnv(t *testing.T) {
 			t.Fatalf("another private exec obtained the secret of process %d:\n%s", p.Pid(), out)
 		}
 	})
+	// Private without a secret: an environment passed with env.
+	t.Run("explicit-private", func(t *testing.T) {
+		plain := "pe" + randHex(8)
+		p, err := sb.Start(ctx, api.ExecRequest{Command: "sleep 30", Private: true,
+			Env: map[string]string{"VICTIM_TOKEN": plain}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = p.Signal(context.Background(), "KILL") }()
+		res := run(t, sb, fmt.Sprintf("%s %d VICTIM_TOKEN /nonexistent", spy, p.Pid()))
+		if out := string(res.Stdout); strings.Contains(out, rot13(plain)) || strings.Contains(out, "LEAK") {
+			t.Fatalf("another exec read a private process's environment:\n%s", out)
+		}
+		// And the SDK option sets it.
+		res = run(t, sb, "sleep 5 & "+spy+" $! VICTIM_TOKEN /nonexistent; kill $!", agentbox.WithPrivate(), agentbox.WithEnv(map[string]string{"VICTIM_TOKEN": plain}))
+		if !strings.Contains(string(res.Stdout), "LEAK environ: "+rot13(plain)) {
+			t.Fatalf("a private process's own child could not read its sibling:\n%s%s", res.Stdout, res.Stderr)
+		}
+	})
 	// A process's own descendants still read it (the domain is inherited).
 	t.Run("own-child-reads", func(t *testing.T) {
 		res := run(t, sb, "sleep 30 & sleep 0.2; "+spy+" $! VICTIM_TOKEN /nonexistent; kill $!",

@@ -58,6 +58,11 @@ func WithEnv(env map[string]string) ExecOption {
 // WithCwd sets the working directory (absolute, inside the sandbox).
 func WithCwd(dir string) ExecOption { return func(r *api.ExecRequest) { r.Cwd = dir } }
 
+// WithPrivate runs the command private: no other process of the sandbox
+// can read its environment or memory (api.ExecRequest.Private; implied by
+// WithSecret and WithRunToken).
+func WithPrivate() ExecOption { return func(r *api.ExecRequest) { r.Private = true } }
+
 // WithUser runs the command as user (name or uid[:gid]).
 func WithUser(user string) ExecOption { return func(r *api.ExecRequest) { r.User = user } }
 
