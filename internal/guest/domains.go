@@ -19,7 +19,8 @@ import (
 // map_files, auxv; ptrace; process_vm_readv; pidfd_getfd) only when the
 // target is in the same domain or one nested below it. Plain execs are
 // all started in one shared domain, so they see each other as before (lsof,
-// ss -p, strace -p across execs). A private exec (ExecRequest.Private, set
+// ss -p, /proc/<pid>/environ across execs; ptrace itself is denied to
+// every sandbox process by the seccomp filter). A private exec (ExecRequest.Private, set
 // for every exec given secrets or a run token) is started in a fresh
 // domain of its own, which no other exec's domain encloses: no process of
 // the sandbox but the private process's own descendants can read its
