@@ -1,0 +1,240 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/testutil"
+	agentbox "github.com/agentbox/agentbox/sdk/go"
+)
+
+// The attacker of these tests stands on the host: an unprivileged host user
+// (nobody), or a process that escaped sandbox A and so runs with A's host
+// root uid. Neither may reach into any sandbox's files or gain privileges
+// from files a sandbox planted (issue 11, finding 1).
+
+// asUser runs argv on the host with the given real and effective uid/gid and
+// no supplementary groups (setpriv), with extra as fds 3... It returns the
+// combined output and the exit error.
+func asUser(t *testing.T, uid, gid int, extra []*os.File, argv ...string) (string, error) {
+	t.Helper()
+	testutil.RequiresBinary(t, "setpriv")
+	args := append([]string{fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", gid), "--clear-groups", "--"}, argv...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "setpriv", args...)
+	cmd.ExtraFiles = extra
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+const nobody = 65534
+
+// upperOf is the host path of a sandbox's writable layer.
+func (d *daemon) upperOf(id string) string {
+	return filepath.Join(d.dataDir, "sandboxes", id, "upper")
+}
+
+// TestAdversarialHostUserCannotTraverseDataDir: a host user cannot stat or
+// list anything below the data dir, in particular no sandbox's upper dir.
+func TestAdversarialHostUserCannotTraverseDataDir(t *testing.T) {
+	d := newDaemon(t)
+	sb := d.create(t, agentbox.SandboxSpec{})
+	mustRun(t, sb, "echo secret > /root-secret")
+	upper := d.upperOf(sb.ID())
+	if _, err := os.Stat(filepath.Join(upper, "root-secret")); err != nil {
+		t.Fatalf("the sandbox's file is not in its upper dir %s: %v", upper, err)
+	}
+	fi, err := os.Stat(d.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		t.Errorf("data dir %s has mode %#o, want no group or other bits", d.dataDir, perm)
+	}
+	for _, p := range []string{
+		d.dataDir,
+		filepath.Join(d.dataDir, "sandboxes"),
+		filepath.Join(d.dataDir, "sandboxes", sb.ID()),
+		upper,
+		filepath.Join(upper, "root-secret"),
+		filepath.Join(d.dataDir, "layers"),
+	} {
+		if out, err := asUser(t, nobody, nobody, nil, "stat", p); err == nil {
+			t.Errorf("nobody can stat %s: %s", p, out)
+		}
+	}
+	if out, err := asUser(t, nobody, nobody, nil, "cat", filepath.Join(upper, "root-secret")); err == nil {
+		t.Errorf("nobody read a sandbox's file: %s", out)
+	}
+}
+
+// TestAdversarialHostUserSetuidPlanted: a setuid binary planted in a
+// sandbox's writable layer (files API or chmod inside) gives no host user
+// any privilege: the path the upper dir lives on is nosuid,nodev, and even
+// an exec through an fd handed over by root does not raise the euid.
+func TestAdversarialHostUserSetuidPlanted(t *testing.T) {
+	d := newDaemon(t)
+	sb := d.create(t, agentbox.SandboxSpec{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	shell, err := os.ReadFile("/bin/bash")
+	if err != nil {
+		t.Skipf("no /bin/bash to plant: %v", err)
+	}
+	// Planted through the files API with the setuid bit, and through a
+	// chmod inside.
+	if err := sb.WriteFile(ctx, "/hsh", shell, 0o4755); err != nil {
+		t.Fatalf("writing /hsh: %v", err)
+	}
+	mustRun(t, sb, "cp /hsh /hsh2 && chmod 4755 /hsh /hsh2")
+	upper := d.upperOf(sb.ID())
+
+	var st unix.Statfs_t
+	if err := unix.Statfs(upper, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Flags&unix.ST_NOSUID == 0 || st.Flags&unix.ST_NODEV == 0 {
+		t.Errorf("upper dir %s is on a mount with flags %#x: want nosuid and nodev", upper, st.Flags)
+	}
+
+	for _, name := range []string{"hsh", "hsh2"} {
+		p := filepath.Join(upper, name)
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode()&os.ModeSetuid == 0 {
+			t.Logf("%s lost its setuid bit on disk (fine)", p)
+		}
+		// By path, as nobody.
+		if out, err := asUser(t, nobody, nobody, nil, p, "-p", "-c", "id -u"); err == nil && strings.TrimSpace(out) != fmt.Sprint(nobody) {
+			t.Errorf("nobody ran %s and got euid %s", p, strings.TrimSpace(out))
+		}
+		// Through an fd root opened on the data dir's path: the mount's
+		// nosuid still applies.
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := asUser(t, nobody, nobody, []*os.File{f}, "/proc/self/fd/3", "-p", "-c", "id -u")
+		f.Close()
+		if err != nil {
+			t.Fatalf("exec of %s through an fd as nobody: %v: %s", p, err, out)
+		}
+		if got := strings.TrimSpace(out); got != fmt.Sprint(nobody) {
+			t.Errorf("nobody exec'd the planted setuid %s and got euid %s, want %d", p, got, nobody)
+		}
+	}
+}
+
+// TestAdversarialHostUserEscapedRootOwnsNoOtherSandbox: a process running
+// with sandbox A's host root uid/gid (what escaping A yields) can neither
+// read nor write sandbox B's files, even handed an open fd of B's upper dir
+// (so the data dir's own modes do not hide the result).
+func TestAdversarialHostUserEscapedRootOwnsNoOtherSandbox(t *testing.T) {
+	d := newDaemon(t)
+	a := d.create(t, agentbox.SandboxSpec{})
+	b := d.create(t, agentbox.SandboxSpec{})
+	mustRun(t, b, "echo tenant-b > /secret && chmod 600 /secret && mkdir -p /priv && chmod 700 /priv")
+	var sta, stb syscall.Stat_t
+	if err := syscall.Stat(d.upperOf(a.ID()), &sta); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(d.upperOf(b.ID()), &stb); err != nil {
+		t.Fatal(err)
+	}
+	if sta.Uid == 0 || stb.Uid == 0 {
+		t.Fatalf("upper dirs owned by host root (a %d, b %d)", sta.Uid, stb.Uid)
+	}
+	if sta.Uid == stb.Uid {
+		t.Errorf("sandboxes %s and %s share host root uid %d", a.ID(), b.ID(), sta.Uid)
+	}
+	upperB, err := os.Open(d.upperOf(b.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upperB.Close()
+	uid, gid := int(sta.Uid), int(sta.Gid)
+	if out, err := asUser(t, uid, gid, []*os.File{upperB}, "cat", "/proc/self/fd/3/secret"); err == nil {
+		t.Errorf("A's host root (uid %d) read B's /secret: %q", uid, out)
+	}
+	if out, err := asUser(t, uid, gid, []*os.File{upperB}, "sh", "-c", "echo pwned > /proc/self/fd/3/pwned"); err == nil {
+		t.Errorf("A's host root (uid %d) wrote into B's upper dir: %s", uid, out)
+	}
+	if out, err := asUser(t, uid, gid, []*os.File{upperB}, "ls", "/proc/self/fd/3/priv"); err == nil {
+		t.Errorf("A's host root (uid %d) listed B's 0700 /priv: %s", uid, out)
+	}
+	if _, err := os.Stat(filepath.Join(d.upperOf(b.ID()), "pwned")); err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("B's upper dir has a file planted from A: %v", err)
+	}
+	// And B still sees only its own files, owned by its root.
+	if got := strings.TrimSpace(mustRun(t, b, "cat /secret; ls / | grep -c pwned || true")); got != "tenant-b\n0" && got != "tenant-b\n0\n" {
+		if !strings.HasPrefix(got, "tenant-b") || strings.Contains(got, "pwned") {
+			t.Errorf("B's view: %q", got)
+		}
+	}
+}
+
+// idRange is the id_range field of GET /v1/sandboxes/{id}.
+type idRange struct {
+	HostID uint32 `json:"host_id"`
+	Size   uint32 `json:"size"`
+}
+
+func (d *daemon) inspectRange(t *testing.T, id string) idRange {
+	t.Helper()
+	code, body := d.rawRequest(t, "GET", "/v1/sandboxes/"+id, nil)
+	if code != 200 {
+		t.Fatalf("GET /v1/sandboxes/%s: %d %s", id, code, body)
+	}
+	var sb struct {
+		IDRange *idRange `json:"id_range"`
+	}
+	if err := json.Unmarshal(body, &sb); err != nil {
+		t.Fatal(err)
+	}
+	if sb.IDRange == nil || sb.IDRange.Size == 0 {
+		t.Fatalf("GET /v1/sandboxes/%s reports no id_range: %s", id, body)
+	}
+	return *sb.IDRange
+}
+
+// TestAdversarialHostUserInspectIDRange: inspect (API and CLI) reports each
+// sandbox's host id range; two sandboxes' ranges differ and do not overlap,
+// and the range is the one the sandbox's files are owned by on the host.
+func TestAdversarialHostUserInspectIDRange(t *testing.T) {
+	d := newDaemon(t)
+	a := d.create(t, agentbox.SandboxSpec{})
+	b := d.create(t, agentbox.SandboxSpec{})
+	ra, rb := d.inspectRange(t, a.ID()), d.inspectRange(t, b.ID())
+	if ra.HostID < rb.HostID+rb.Size && rb.HostID < ra.HostID+ra.Size {
+		t.Errorf("id ranges overlap: %s %+v, %s %+v", a.ID(), ra, b.ID(), rb)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(d.upperOf(a.ID()), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != ra.HostID || st.Gid != ra.HostID {
+		t.Errorf("A's upper dir is owned by %d:%d, its id range starts at %d", st.Uid, st.Gid, ra.HostID)
+	}
+	out, err := exec.Command(agentboxBin(t), "--host", "unix://"+d.socket, "inspect", a.ID()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("agentbox inspect: %v: %s", err, out)
+	}
+	if want := fmt.Sprintf(`"host_id": %d`, ra.HostID); !strings.Contains(string(out), `"id_range"`) || !strings.Contains(string(out), want) {
+		t.Errorf("agentbox inspect %s does not show the id range start %s:\n%s", a.ID(), want, out)
+	}
+}
