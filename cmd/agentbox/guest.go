@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -62,6 +63,15 @@ func guestCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, args []string) {
 			forker.Main()
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "hold",
+		Short: "Wait until stdin closes (holds a user namespace open for the daemon's idmapped mounts)",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			os.Exit(0)
 		},
 	})
 	for _, sub := range guestSubcommands {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -59,9 +58,9 @@ func selfcheck() (runner.Report, error) {
 	if err != nil {
 		return runner.Report{}, fmt.Errorf("self-check: %w", err)
 	}
-	sample := `{"layers":["/l"],"upper_dir":"/u","work_dir":"/w","runner_dir":"/r","rootfs":"/f","hostname":"h"}`
-	cfg, err := nsinit.ParseConfig(strings.NewReader(sample))
-	if err != nil || cfg.Hostname != "h" || len(cfg.Layers) != 1 {
+	sample := `{"hostname":"h","open_files":64}`
+	cfg, err := nsinit.ParseConfig([]byte(sample))
+	if err != nil || cfg.Hostname != "h" || cfg.OpenFiles != 64 {
 		return runner.Report{}, fmt.Errorf("self-check: parsing a sandbox config: %v", err)
 	}
 	policy := nsinit.Policy()

@@ -79,14 +79,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			cfg.UIDMapBase, cfg.UIDMapSize, cfg.GIDMapBase, cfg.GIDMapSize, errdefs.ErrInvalidArgument)
 	}
 	ids := runtime.IDMap{HostID: cfg.UIDMapBase, Size: cfg.UIDMapSize}
-	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+	// 0700, also when an earlier version left it open: nothing below it
+	// is for any host user but root (the guests never resolve a path in
+	// it; native.Backend hands them their mounts).
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
-	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	if err := checkTraversable(cfg.DataDir); err != nil {
-		return nil, err
 	}
 	realDataDir, err := filepath.EvalSymlinks(cfg.DataDir)
 	if err != nil {
@@ -125,6 +125,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	}
 	runnerDir, err := sandbox.PrepareRunner(filepath.Join(cfg.DataDir, "runner"), guestBin)
 	if err != nil {
+		return nil, err
+	}
+	if err := protectSandboxesDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
 	dq, dqErr := setupDiskQuota(cfg.DataDir, log) // before any guest is spawned; see limits.go
@@ -348,23 +351,4 @@ func (s service) Attach(ctx context.Context, id string, pid int, replay bool) (h
 		return nil, err
 	}
 	return st, nil
-}
-
-// checkTraversable fails when a directory above dir is not searchable by
-// others: every sandbox mounts its layers and runner from inside its user
-// namespace, as an unprivileged host uid, which must be able to reach them.
-func checkTraversable(dir string) error {
-	for d := filepath.Dir(filepath.Clean(dir)); ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return fmt.Errorf("data dir %s: %w", dir, err)
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("data dir %s: %s (mode %#o) is not searchable by the sandboxes' unprivileged uids; chmod o+x it or use another data dir: %w",
-				dir, d, fi.Mode().Perm(), errdefs.ErrFailedPrecondition)
-		}
-		if d == "/" {
-			return nil
-		}
-	}
 }

@@ -2,10 +2,15 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/diskquota"
 	"github.com/agentbox/agentbox/internal/httpapi"
@@ -26,10 +31,6 @@ var _ httpapi.PoolService = service{}
 // mounted. Call it before any guest is spawned.
 func setupDiskQuota(dataDir string, log *slog.Logger) (sandbox.DiskQuota, error) {
 	dir := filepath.Join(dataDir, "sandboxes")
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		log.Warn("preparing disk quotas", "err", err)
-		return nil, err
-	}
 	q, why := diskquota.Detect(dir, filepath.Join(dataDir, "disks"))
 	if q == nil {
 		log.Info("disk quotas unavailable", "reason", why)
@@ -48,9 +49,41 @@ func setupDiskQuota(dataDir string, log *slog.Logger) (sandbox.DiskQuota, error)
 	return q, nil
 }
 
-// closeLimits deletes the pooled sandboxes and, when no quota filesystem
-// is mounted any more, undoes setupDiskQuota's shared mount so the data
-// dir is an ordinary directory again.
+// protectSandboxesDir makes <data>/sandboxes, where every sandbox's
+// writable layer lives, a mount of its own with nosuid and nodev (a bind
+// mount onto itself, made once; a restarted daemon finds it and only
+// re-applies the flags): a setuid binary or device node a sandbox plants
+// in its upper dir is inert on the host, whatever path or descriptor
+// reaches it. Call it before any sandbox is created.
+func protectSandboxesDir(dataDir string) error {
+	dir := filepath.Join(dataDir, "sandboxes")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("sandboxes dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("sandboxes dir: %w", err)
+	}
+	ok, err := diskquota.IsMountPoint(dir)
+	if err != nil {
+		return fmt.Errorf("sandboxes dir: %w", err)
+	}
+	if !ok {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mounting the sandboxes dir %s: %w", dir, err)
+		}
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, &attr); err != nil {
+		return fmt.Errorf("making the sandboxes dir %s nosuid,nodev: %w", dir, err)
+	}
+	return nil
+}
+
+// closeLimits deletes the pooled sandboxes and, when no sandbox dir is
+// left (so no writable layer needs the nosuid,nodev mount) and no quota
+// filesystem is mounted, undoes the sandboxes dir's own mount so the data
+// dir is an ordinary directory again. While sandboxes remain (a restart)
+// the mount stays, and the next daemon re-adopts it.
 func closeLimits(m *sandbox.Manager, dataDir string, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -58,10 +91,26 @@ func closeLimits(m *sandbox.Manager, dataDir string, log *slog.Logger) {
 	if err := m.CloseDisks(); err != nil {
 		log.Warn("deleting the template disk image", "err", err)
 	}
-	if m.DiskMounted() {
+	dir := filepath.Join(dataDir, "sandboxes")
+	if m.DiskMounted() || hasSandboxDirs(dir) {
 		return
 	}
-	if err := diskquota.Unshare(filepath.Join(dataDir, "sandboxes")); err != nil {
+	if err := diskquota.Unshare(dir); err != nil {
 		log.Warn("unmounting the sandboxes dir", "err", err)
 	}
+}
+
+// hasSandboxDirs reports whether dir holds a sandbox's directory (names
+// starting with "." are the backend's, not sandboxes).
+func hasSandboxDirs(dir string) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") {
+			return true
+		}
+	}
+	return false
 }

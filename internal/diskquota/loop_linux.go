@@ -91,7 +91,7 @@ func (l *Loop) Mount(dir, id string) error {
 	if err := mountImage(img, dir); err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, 0o711); err != nil {
+	if err := os.Chmod(dir, 0o700); err != nil {
 		_ = unmount(dir)
 		return &Error{Op: "chmod", Path: dir, Err: err}
 	}

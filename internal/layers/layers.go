@@ -96,9 +96,8 @@ type Store struct {
 // New opens (creating if needed) the store at root. Files in its layers are
 // owned by host ids in ids. New removes leftovers of interrupted creations.
 //
-// The root (and every directory above it) must be searchable by the mapped
-// ids, since the overlay is mounted from inside the sandbox user namespace:
-// New creates root with mode 0711.
+// New creates root with mode 0700: layers are read by host root only (the
+// native backend mounts them and hands the guest the mount).
 //
 // The storage driver is probed on root's filesystem (see ProbeDriver)
 // unless an Option chooses one.
@@ -111,17 +110,17 @@ func New(root string, ids runtime.IDMap, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("layer store %s: %w", root, err)
 	}
 	s := &Store{root: root, ids: ids, log: slog.Default().With("component", "layers"), layers: map[string]*Layer{}}
-	if err := os.MkdirAll(root, 0o711); err != nil {
+	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("creating layer store: %w", err)
 	}
-	if err := os.Chmod(root, 0o711); err != nil {
+	if err := os.Chmod(root, 0o700); err != nil {
 		return nil, fmt.Errorf("creating layer store: %w", err)
 	}
 	// Leftovers of interrupted creations and removals.
 	if err := os.RemoveAll(s.tmpDir()); err != nil {
 		return nil, fmt.Errorf("cleaning layer store tmp: %w", err)
 	}
-	if err := os.Mkdir(s.tmpDir(), 0o711); err != nil {
+	if err := os.Mkdir(s.tmpDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("creating layer store tmp: %w", err)
 	}
 	if err := s.load(); err != nil {

@@ -67,13 +67,19 @@ type Spec struct {
 	// ID is unique among live sandboxes: [a-z0-9-]{1,64}.
 	ID string
 	// Layers are read-only overlay lower directories, top-most first. Their
-	// files must be owned by ids inside UIDMap/GIDMap.
+	// files must be owned by ids inside LayerIDs.
 	Layers []string
 	// UpperDir and WorkDir are the sandbox's writable overlay directories,
-	// created empty (or kept from an earlier run) by the caller, owned by the
-	// mapped root (UIDMap.HostID, GIDMap.HostID).
+	// siblings in one directory, created empty (or kept from an earlier
+	// run) by the caller, owned by LayerIDs.HostID.
 	UpperDir string
 	WorkDir  string
+	// LayerIDs is the host id range Layers, UpperDir and WorkDir are owned
+	// by on disk (zero: UIDMap). When it differs from UIDMap/GIDMap the
+	// backend shows them to the sandbox through idmapped mounts: on-disk
+	// id LayerIDs.HostID+n is UIDMap.HostID+n to the sandbox, and what the
+	// sandbox writes is stored back in LayerIDs. Sizes must be equal.
+	LayerIDs IDMap
 	// RunnerDir is a host directory holding the guest binary under the name
 	// "agentbox". It is mounted read-only at /.agentbox inside the sandbox
 	// and is never part of the user's layers.
@@ -84,8 +90,10 @@ type Spec struct {
 	SocketPath string
 	// StateDir is a host directory private to the backend for this sandbox
 	// (state files, logs). Created by the caller, removed by Destroy.
-	StateDir  string
-	Hostname  string
+	StateDir string
+	Hostname string
+	// UIDMap and GIDMap are the sandbox's own host id range (its user
+	// namespace maps 0..Size-1 onto it).
 	UIDMap    IDMap
 	GIDMap    IDMap
 	Resources Resources

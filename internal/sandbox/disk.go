@@ -110,7 +110,7 @@ func (m *Manager) createDisk(ctx context.Context, rec store.SandboxRecord) error
 func (m *Manager) makeSandboxDir(ctx context.Context, rec store.SandboxRecord) (remove func(), err error) {
 	id := rec.Sandbox.ID
 	p := m.paths(id)
-	if err := os.Mkdir(p.dir, 0o711); err != nil {
+	if err := os.Mkdir(p.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating dir: %w", err)
 	}
 	remove = func() { _ = os.RemoveAll(p.dir) }

@@ -127,13 +127,12 @@ func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
-	// The sandboxes dir must be searchable by the mapped uid range: each
-	// sandbox's overlay is mounted from inside its user namespace. The
-	// sockets dir is for host root only.
+	// Both are for host root only: the backend hands a guest its mounts,
+	// so no sandbox uid ever resolves a path below the data dir.
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{filepath.Join(cfg.DataDir, "sandboxes"), 0o711}, {filepath.Join(cfg.RunDir, "sb"), 0o700}} {
+	}{{filepath.Join(cfg.DataDir, "sandboxes"), 0o700}, {filepath.Join(cfg.RunDir, "sb"), 0o700}} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("sandbox manager: %w", err)
 		}

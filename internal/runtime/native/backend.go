@@ -82,6 +82,7 @@ type Backend struct {
 	parentLock *os.File     // held from New to Close when OwnParent
 	yield      *yielder     // nil unless Config.CPUYield and the kernel has cpu.idle
 	forker     *guestForker // nil without Config.Forker
+	idmaps     *idmapCache  // user namespaces of idmapped mounts (mounts.go)
 }
 
 var (
@@ -120,6 +121,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b := &Backend{cgroupParent: cfg.CgroupParent, mode: mode, log: cfg.Logger.With("backend", Name)}
 	b.forker = newGuestForker(cfg.Forker, b.log)
+	b.idmaps = &idmapCache{forker: b.forker}
 	if cfg.OwnParent {
 		var err error
 		if b.parentLock, err = lockParent(cfg.CgroupParent); err != nil {
@@ -170,6 +172,7 @@ func (b *Backend) Close() error {
 		b.parentLock.Close() // the parent is the next owner's
 		b.parentLock = nil
 	}
+	b.idmaps.close()
 	return err
 }
 

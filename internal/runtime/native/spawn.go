@@ -128,7 +128,13 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 
 	// Only now may the guest start setup: it blocks reading its config.
 	tSpawn := time.Since(start)
-	if err := g.sendConfig(spec, cg.execRoot() != ""); err != nil {
+	mounts, err := b.buildMounts(spec)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: building its root filesystem: %w", spec.ID, err)
+	}
+	err = g.sendConfig(spec, mounts, cg.execRoot() != "")
+	mounts.close()
+	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: sending guest config: %w", spec.ID, err)
 	}
 	if err := g.waitReady(ctx); err != nil {
@@ -144,21 +150,18 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	return newSandbox(b, spec, cg, state{Pid: g.pid, StartTime: st, Cgroup: cgPath}, g.done), nil
 }
 
-// prepareStateDir makes spec.StateDir traversable by the sandbox's root:
-// the guest mounts the overlay on StateDir itself, in its own mount
-// namespace (the host's view keeps the guest log and the rest). A mount
-// point of its own would be one more inode made and freed per sandbox, on
-// a filesystem where that is what creates cost (see docs/ARCHITECTURE.md).
+// prepareStateDir creates spec.StateDir (0700: only the host side uses it;
+// the guest never resolves a host path).
 func prepareStateDir(spec runtime.Spec, undo *cleanupStack) error {
 	if _, err := os.Stat(spec.StateDir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(spec.StateDir, 0o711); err != nil {
+		if err := os.MkdirAll(spec.StateDir, 0o700); err != nil {
 			return fmt.Errorf("creating state dir: %w", err)
 		}
 		undo.add(func() { _ = os.RemoveAll(spec.StateDir) })
 	} else if err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	if err := os.Chmod(spec.StateDir, 0o711); err != nil {
+	if err := os.Chmod(spec.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	undo.add(func() { _ = os.Remove(filepath.Join(spec.StateDir, guestLogName)) })
@@ -258,13 +261,15 @@ const guestCloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS
 // spawnGuest starts the runner's "agentbox guest init" in new user, mount,
 // pid, uts, ipc, net and cgroup namespaces, as root of the new user
 // namespace, through f (from this process when f is nil). lnFile becomes
-// fd 3, the config pipe fd 4 and the sync pipe fd 5; stdout and stderr go
-// to logFile. With cgfd >= 0 the guest is born in that cgroup (v2). A
+// fd 3, the config socket fd 4, the sync pipe fd 5 and the runner binary
+// fd 6 (the guest is executed through it: its uid cannot traverse the data
+// dir, and it closes the descriptor first thing); stdout and stderr go to
+// logFile. With cgfd >= 0 the guest is born in that cgroup (v2). A
 // non-empty env is added to the guest's environment (a zygote's
 // nsinit.EnvKeep). The guest blocks reading its config; its done channel
 // closes when it exits.
 func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFile, logFile *os.File, cgfd int, env string) (*guestProc, error) {
-	cfgR, cfgW, err := os.Pipe()
+	cfgR, cfgW, err := configSocket()
 	if err != nil {
 		return nil, err
 	}
@@ -285,8 +290,14 @@ func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFi
 	defer devnull.Close()
 
 	path := filepath.Join(runnerDir, "agentbox")
+	exe, err := os.Open(path)
+	if err != nil {
+		closeParent()
+		return nil, fmt.Errorf("opening the guest binary: %w", err)
+	}
+	defer exe.Close()
 	req := forker.Request{
-		Path:                       path,
+		Path:                       "/proc/self/fd/6",
 		Args:                       []string{"agentbox", "guest", "init"},
 		Env:                        guestEnv(env),
 		Dir:                        "/",
@@ -301,8 +312,8 @@ func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFi
 		// No Pdeathsig: a sandbox survives its daemon's restart.
 		CgroupFD: cgfd >= 0,
 	}
-	// fds 0-5, and the cgroup's last.
-	files := []*os.File{devnull, logFile, logFile, lnFile, cfgR, syncW}
+	// fds 0-6, and the cgroup's last.
+	files := []*os.File{devnull, logFile, logFile, lnFile, cfgR, syncW, exe}
 	var (
 		pid  int
 		done <-chan struct{}
@@ -327,7 +338,7 @@ func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFi
 		}
 	} else {
 		cmd := &exec.Cmd{
-			Path:        path,
+			Path:        req.Path,
 			Args:        req.Args,
 			Env:         req.Env,
 			Dir:         req.Dir,
@@ -361,19 +372,29 @@ func guestEnv(extra string) []string {
 	return []string{guestPath, guestProcs, extra}
 }
 
-func (g *guestProc) sendConfig(spec runtime.Spec, execCgroups bool) error {
+// configSocket returns the two ends of a guest's config socket (a
+// SOCK_SEQPACKET pair: one message, the config with its mounts).
+func configSocket() (child, parent *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("config socket: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "config"), os.NewFile(uintptr(fds[1]), "config"), nil
+}
+
+// sendConfig sends spec's config with its mounts (see nsinit) and closes
+// the config socket.
+func (g *guestProc) sendConfig(spec runtime.Spec, m guestMounts, execCgroups bool) error {
 	defer g.cfgW.Close()
-	cfg := nsinit.Config{
+	b, err := json.Marshal(nsinit.Config{
 		ExecCgroups: execCgroups,
-		Layers:      spec.Layers,
-		UpperDir:    spec.UpperDir,
-		WorkDir:     spec.WorkDir,
-		RunnerDir:   spec.RunnerDir,
-		Rootfs:      spec.StateDir,
 		Hostname:    spec.Hostname,
 		OpenFiles:   uint64(max(spec.Resources.OpenFiles, 0)),
+	})
+	if err != nil {
+		return err
 	}
-	return json.NewEncoder(g.cfgW).Encode(cfg)
+	return unix.Sendmsg(int(g.cfgW.Fd()), b, unix.UnixRights(m[nsinit.RootfsIndex], m[nsinit.RunnerIndex]), nil, 0)
 }
 
 // waitReady waits for the guest's setup report, bounded by ctx (or

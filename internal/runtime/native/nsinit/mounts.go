@@ -2,7 +2,6 @@ package nsinit
 
 import (
 	"errors"
-	"fmt"
 	"path"
 	"strconv"
 	"strings"
@@ -35,22 +34,22 @@ var devSymlinks = [][2]string{
 	{"/proc/self/fd/2", "stderr"},
 }
 
-// maxMountData is the kernel's limit for classic mount(2) option strings.
-const maxMountData = 4096 - 1
-
-func setupRootfs(cfg *Config) error {
+// setupRootfs attaches the host-built root filesystem (rootFD, a detached
+// overlay mount) on top of "/" of the guest's mount namespace, mounts
+// /proc, /sys and /dev in it and attaches the runner directory (runnerFD,
+// a detached read-only, nosuid, nodev bind mount) at /.agentbox. Nothing
+// here resolves a host path: the host's data dir is closed to the
+// sandbox's uids.
+func setupRootfs(rootFD, runnerFD int) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return &SyscallError{Op: "mount", Target: "/", Flags: unix.MS_REC | unix.MS_PRIVATE, Err: err}
 	}
-	if err := mountOverlay(cfg); err != nil {
-		return err
+	// Stacked on "/", the overlay is in this namespace's tree (pivot_root
+	// needs that); rootFD now refers to its root.
+	if err := unix.MoveMount(rootFD, "", unix.AT_FDCWD, "/", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return &SyscallError{Op: "move_mount", Source: "rootfs", Target: "/", Err: err}
 	}
-	root, err := unix.Open(cfg.Rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return &SyscallError{Op: "open", Target: cfg.Rootfs, Err: err}
-	}
-	defer unix.Close(root)
-	r := rootfs{fd: root}
+	r := rootfs{fd: rootFD}
 
 	if err := r.mountProc(); err != nil {
 		return err
@@ -64,68 +63,13 @@ func setupRootfs(cfg *Config) error {
 	if err := r.mkdirAll(".agentbox", 0o755); err != nil {
 		return err
 	}
-	if err := r.mount(".agentbox", cfg.RunnerDir, "", unix.MS_BIND, ""); err != nil {
-		return err
-	}
-	return r.remountRO(".agentbox", unix.MS_NOSUID|unix.MS_NODEV)
-}
-
-// mountOverlay mounts the layers at cfg.Rootfs. The classic mount(2) is
-// used when the options fit its 4 KiB page; longer layer lists go through
-// the new mount API, one lowerdir+ per layer (Linux 6.8+).
-func mountOverlay(cfg *Config) error {
-	for _, p := range append([]string{cfg.UpperDir, cfg.WorkDir}, cfg.Layers...) {
-		if strings.ContainsAny(p, ",:\\") {
-			return fmt.Errorf("overlay path %q contains ',', ':' or '\\'", p)
-		}
-	}
-	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr",
-		strings.Join(cfg.Layers, ":"), cfg.UpperDir, cfg.WorkDir)
-	if len(data) <= maxMountData {
-		if err := unix.Mount("overlay", cfg.Rootfs, "overlay", 0, data); err != nil {
-			return &SyscallError{Op: "mount", Source: "overlay", Target: cfg.Rootfs, Data: data, Err: err}
-		}
-		return nil
-	}
-	return mountOverlayFsconfig(cfg)
-}
-
-func mountOverlayFsconfig(cfg *Config) error {
-	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	fd, err := r.open(".agentbox", unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return &SyscallError{Op: "fsopen", Source: "overlay", Err: err}
-	}
-	defer unix.Close(fsfd)
-	set := func(key, val string) error {
-		if err := unix.FsconfigSetString(fsfd, key, val); err != nil {
-			return &SyscallError{Op: "fsconfig", Target: key, Data: val, Err: err}
-		}
-		return nil
-	}
-	for _, l := range cfg.Layers {
-		if err := set("lowerdir+", l); err != nil {
-			return err
-		}
-	}
-	if err := set("upperdir", cfg.UpperDir); err != nil {
 		return err
 	}
-	if err := set("workdir", cfg.WorkDir); err != nil {
-		return err
-	}
-	if err := unix.FsconfigSetFlag(fsfd, "userxattr"); err != nil {
-		return &SyscallError{Op: "fsconfig", Target: "userxattr", Err: err}
-	}
-	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return &SyscallError{Op: "fsconfig", Target: "create", Err: err}
-	}
-	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
-	if err != nil {
-		return &SyscallError{Op: "fsmount", Source: "overlay", Err: err}
-	}
-	defer unix.Close(mfd)
-	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, cfg.Rootfs, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return &SyscallError{Op: "move_mount", Source: "overlay", Target: cfg.Rootfs, Err: err}
+	defer unix.Close(fd)
+	if err := unix.MoveMount(runnerFD, "", fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return &SyscallError{Op: "move_mount", Source: "runner", Target: ".agentbox", Err: err}
 	}
 	return nil
 }
@@ -331,14 +275,15 @@ func (r rootfs) mountDev() error {
 	return nil
 }
 
-// pivotRoot makes rootfs the root with runc's pivot_root(".", ".") trick:
-// the old root ends up stacked under the new one and is lazily detached.
-func pivotRoot(rootfs string) error {
-	if err := unix.Chdir(rootfs); err != nil {
-		return &SyscallError{Op: "chdir", Target: rootfs, Err: err}
+// pivotRoot makes the mount rootFD refers to the root with runc's
+// pivot_root(".", ".") trick: the old root ends up stacked under the new
+// one and is lazily detached.
+func pivotRoot(rootFD int) error {
+	if err := unix.Fchdir(rootFD); err != nil {
+		return &SyscallError{Op: "fchdir", Target: "rootfs", Err: err}
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
-		return &SyscallError{Op: "pivot_root", Target: rootfs, Err: err}
+		return &SyscallError{Op: "pivot_root", Target: "rootfs", Err: err}
 	}
 	if err := unix.Mount("", ".", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return &SyscallError{Op: "mount", Target: "old root", Flags: unix.MS_SLAVE | unix.MS_REC, Err: err}

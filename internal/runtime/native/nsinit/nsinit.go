@@ -7,20 +7,27 @@
 // listening socket to the guest server.
 //
 // Protocol with the host (package native): fd 3 is the listening unix
-// socket, fd 4 a pipe carrying one JSON Config, fd 5 a pipe on which Main
-// reports "ok" or a JSON SyncMessage with the setup error. Main does not
-// start setup before the config has arrived, which the host writes only
-// after the process is in its cgroup.
+// socket, fd 4 a SOCK_SEQPACKET socket carrying one message: a JSON Config
+// with two descriptors (SCM_RIGHTS), the sandbox's root filesystem and the
+// runner directory, both detached mounts the host built (open_tree,
+// fsmount); fd 5 a pipe on which Main reports "ok" or a JSON SyncMessage
+// with the setup error. Main does not start setup before the config has
+// arrived, which the host sends only after the process is in its cgroup.
+//
+// The guest never resolves a host path: it runs as the sandbox's root, an
+// unprivileged host uid, and the host's data dir is closed to such uids
+// (0700). It attaches the two mounts it was handed inside its own mount
+// namespace.
 package nsinit
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -44,14 +51,10 @@ const (
 	syncOK      = "ok"
 )
 
-// Config is the setup the host sends on ConfigFD. All paths are host paths.
+// Config is the setup the host sends on ConfigFD, beside the descriptors
+// of ConfigFDs.
 type Config struct {
-	Layers    []string `json:"layers"` // overlay lower dirs, top-most first
-	UpperDir  string   `json:"upper_dir"`
-	WorkDir   string   `json:"work_dir"`
-	RunnerDir string   `json:"runner_dir"` // bound read-only at /.agentbox
-	Rootfs    string   `json:"rootfs"`     // directory the overlay is mounted on (its contents stay the host's)
-	Hostname  string   `json:"hostname"`
+	Hostname string `json:"hostname"`
 	// OpenFiles is RLIMIT_NOFILE of the guest and so of every process it
 	// starts (0: inherited).
 	OpenFiles uint64 `json:"open_files,omitempty"`
@@ -60,6 +63,18 @@ type Config struct {
 	// cgroups in it (see ExecCgroupDir).
 	ExecCgroups bool `json:"exec_cgroups,omitempty"`
 }
+
+// The descriptors that travel with the Config, in this order: the root
+// filesystem (a detached overlay mount) and the runner directory (a
+// detached read-only bind mount, attached at /.agentbox).
+const (
+	RootfsIndex = iota
+	RunnerIndex
+	ConfigFDs
+)
+
+// maxConfig bounds the config message.
+const maxConfig = 64 << 10
 
 // SyncMessage is the failure report written on SyncFD.
 type SyncMessage struct {
@@ -165,6 +180,9 @@ func setup() (net.Listener, error) {
 	// Anything beyond our protocol fds was leaked by the host: drop it
 	// before touching the filesystem.
 	closeExtraFDs(map[int]bool{ListenerFD: true, ConfigFD: true, SyncFD: true})
+	// The host executed us through a descriptor (/proc/self/fd/N), which
+	// names the process "N"; name it after the binary again.
+	_ = os.WriteFile("/proc/self/comm", []byte("agentbox"), 0)
 
 	// Most of the capability work happens before the config arrives: a
 	// prespawned guest has it done before a sandbox claims it.
@@ -185,16 +203,9 @@ func setup() (net.Listener, error) {
 	if _, err := unix.Write(SyncFD, []byte(SyncWaiting)); err != nil {
 		return nil, &SyscallError{Op: "write", Target: "sync fd", Err: err}
 	}
-	cfg, err := readConfig()
+	cfg, fds, err := readConfig()
 	if err != nil {
 		return nil, err
-	}
-	if kept != nil {
-		for _, p := range cfg.paths() {
-			if !Under(filepath.Clean(p), kept) {
-				return nil, fmt.Errorf("config path %q is outside the directories kept (%s)", p, strings.Join(kept, ", "))
-			}
-		}
 	}
 	// The host has placed us in the sandbox cgroup by now; a fresh cgroup
 	// namespace makes that cgroup the root of what the sandbox sees. unshare
@@ -208,7 +219,7 @@ func setup() (net.Listener, error) {
 			return nil, err
 		}
 	}
-	if err := setupRootfs(cfg); err != nil {
+	if err := setupRootfs(fds[RootfsIndex], fds[RunnerIndex]); err != nil {
 		return nil, err
 	}
 	if cfg.Hostname != "" {
@@ -233,7 +244,7 @@ func setup() (net.Listener, error) {
 	if err := forbidNamespaces(); err != nil {
 		return nil, err
 	}
-	if err := pivotRoot(cfg.Rootfs); err != nil {
+	if err := pivotRoot(fds[RootfsIndex]); err != nil {
 		return nil, err
 	}
 	if err := applySecurity(); err != nil {
@@ -266,31 +277,59 @@ func setup() (net.Listener, error) {
 	return ln, nil
 }
 
-func readConfig() (*Config, error) {
-	f := os.NewFile(ConfigFD, "config")
-	defer f.Close()
-	cfg, err := ParseConfig(f)
+// readConfig receives the config message from ConfigFD and returns the
+// config with its ConfigFDs descriptors (close-on-exec).
+func readConfig() (*Config, []int, error) {
+	defer unix.Close(ConfigFD)
+	buf := make([]byte, maxConfig)
+	oob := make([]byte, unix.CmsgSpace(4*(ConfigFDs+1)))
+	n, oobn, _, _, err := unix.Recvmsg(ConfigFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("reading config from fd %d: %w", ConfigFD, err)
+		return nil, nil, &SyscallError{Op: "recvmsg", Target: "config fd", Err: err}
 	}
-	return cfg, nil
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if rights, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, rights...)
+			}
+		}
+	}
+	if len(fds) != ConfigFDs {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+		return nil, nil, fmt.Errorf("reading config from fd %d: %d descriptors, want %d", ConfigFD, len(fds), ConfigFDs)
+	}
+	cfg, err := ParseConfig(buf[:n])
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading config from fd %d: %w", ConfigFD, err)
+	}
+	return cfg, fds, nil
 }
 
-// ParseConfig decodes and checks a Config (at most 1 MiB of JSON).
-func ParseConfig(r io.Reader) (*Config, error) {
-	var cfg Config
-	if err := json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(&cfg); err != nil {
-		return nil, err
+// ParseConfig decodes and checks a Config: one JSON object of at most
+// maxConfig bytes, with no unknown fields.
+func ParseConfig(b []byte) (*Config, error) {
+	if len(b) == 0 {
+		return nil, errors.New("config: empty (the host closed the config socket)")
 	}
-	if cfg.Rootfs == "" || len(cfg.Layers) == 0 || cfg.UpperDir == "" || cfg.WorkDir == "" || cfg.RunnerDir == "" {
-		return nil, errors.New("config: rootfs, layers, upper_dir, work_dir and runner_dir are required")
+	if len(b) > maxConfig {
+		return nil, fmt.Errorf("config: %d bytes, at most %d", len(b), maxConfig)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var cfg Config
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("config: trailing data")
+	}
+	if len(cfg.Hostname) > 64 {
+		return nil, fmt.Errorf("config: hostname of %d bytes, at most 64", len(cfg.Hostname))
 	}
 	return &cfg, nil
-}
-
-// paths are the host paths of cfg.
-func (cfg *Config) paths() []string {
-	return append([]string{cfg.UpperDir, cfg.WorkDir, cfg.RunnerDir, cfg.Rootfs}, cfg.Layers...)
 }
 
 // listenerFD returns the descriptor number behind ln.

@@ -57,3 +57,36 @@ func TestDefaultCapMask(t *testing.T) {
 		t.Errorf("DefaultCapMask = %#016x", got)
 	}
 }
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"hostname":"h","open_files":64}`))
+	if err != nil || cfg.Hostname != "h" || cfg.OpenFiles != 64 {
+		t.Fatalf("ParseConfig = %+v, %v", cfg, err)
+	}
+	for _, in := range []string{
+		"",
+		"{",
+		`{"hostname":"h"} {}`,
+		`{"layers":["/l"]}`, // the old host-path config is refused
+		`{"hostname":"` + strings.Repeat("h", 65) + `"}`,
+		strings.Repeat(" ", maxConfig+1),
+	} {
+		if _, err := ParseConfig([]byte(in)); err == nil {
+			t.Errorf("ParseConfig(%.30q) succeeded", in)
+		}
+	}
+}
+
+// FuzzParseConfig: the config the guest reads comes from the host, but
+// nothing in it may crash PID 1 or be accepted half-parsed.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(`{"hostname":"h","open_files":64}`))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"hostname":"h"}{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cfg, err := ParseConfig(b)
+		if err == nil && (cfg == nil || len(cfg.Hostname) > 64) {
+			t.Fatalf("accepted %q as %+v", b, cfg)
+		}
+	})
+}

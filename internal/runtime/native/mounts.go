@@ -1,0 +1,337 @@
+package native
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/native/forker"
+)
+
+// The sandbox's filesystem is built here, on the host, as detached mounts
+// (fsopen/fsmount, open_tree): nothing is attached to the host's mount
+// table, and the guest, which runs as an unprivileged host uid that cannot
+// traverse the data dir (0700), never resolves a host path. It receives
+// the two mount descriptors on its config socket and attaches them in its
+// own mount namespace (package nsinit); once the guest and the daemon have
+// closed them, the mounts live only as long as the sandbox's namespace.
+//
+// Layers, UpperDir and WorkDir are owned on disk by spec.LayerIDs (the
+// canonical range). When the sandbox's own range (spec.UIDMap) differs,
+// they are shown to it through idmapped mounts (MOUNT_ATTR_IDMAP with a
+// user namespace mapping LayerIDs onto UIDMap): a file owned by
+// LayerIDs.HostID+n on disk appears owned by UIDMap.HostID+n, and a file the
+// sandbox creates as UIDMap.HostID+n is stored as LayerIDs.HostID+n. No
+// file on disk is ever owned by a sandbox's host ids, so a process escaping
+// a sandbox owns none of any sandbox's files, its own included.
+
+// guestMounts are the detached mounts handed to a guest (nsinit.ConfigFDs
+// order).
+type guestMounts [2]int
+
+func (m guestMounts) close() {
+	for _, fd := range m {
+		if fd >= 0 {
+			_ = unix.Close(fd)
+		}
+	}
+}
+
+// mountError is a failed mount syscall of the host side.
+type mountError struct {
+	op, path string
+	err      error
+}
+
+func (e *mountError) Error() string { return e.op + " " + e.path + ": " + e.err.Error() }
+func (e *mountError) Unwrap() error { return e.err }
+
+// buildMounts builds spec's root filesystem (a detached overlay mount of
+// its layers, upper and work dirs) and a detached read-only, nosuid, nodev
+// bind mount of its runner dir. The overlay is made with the credentials
+// of the sandbox's root (fsuid UIDMap.HostID, all capabilities of this
+// process) on a thread of its own, discarded afterwards: overlayfs makes
+// its work dir and later copy-ups with the creator's credentials, and
+// through an idmapped upper only ids of the sandbox's range can be stored.
+func (b *Backend) buildMounts(spec runtime.Spec) (guestMounts, error) {
+	userns := -1
+	if ids := layerIDs(spec); ids != spec.UIDMap || ids != spec.GIDMap {
+		var err error
+		if userns, err = b.idmaps.get(filepath.Join(spec.RunnerDir, "agentbox"), ids, spec.UIDMap, spec.GIDMap); err != nil {
+			return guestMounts{-1, -1}, err
+		}
+	}
+	type result struct {
+		m   guestMounts
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread's credentials are changed, so it
+		// ends with this goroutine.
+		goruntime.LockOSThread()
+		m, err := buildMountsLocked(spec, userns)
+		res <- result{m, err}
+	}()
+	r := <-res
+	return r.m, r.err
+}
+
+// layerIDs is the range spec's layers are owned by on disk.
+func layerIDs(spec runtime.Spec) runtime.IDMap {
+	if spec.LayerIDs.Size == 0 {
+		return spec.UIDMap
+	}
+	return spec.LayerIDs
+}
+
+func buildMountsLocked(spec runtime.Spec, userns int) (_ guestMounts, retErr error) {
+	m := guestMounts{-1, -1}
+	defer func() {
+		if retErr != nil {
+			m.close()
+		}
+	}()
+	if err := becomeCreator(spec.UIDMap.HostID, spec.GIDMap.HostID); err != nil {
+		return m, err
+	}
+	var err error
+	if m[0], err = overlayMount(spec, userns); err != nil {
+		return m, err
+	}
+	if m[1], err = cloneMount(spec.RunnerDir, -1, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+// becomeCreator sets this (locked) thread's filesystem ids to the sandbox's
+// root and keeps its effective capabilities (a change of fsuid away from
+// 0 drops the filesystem ones).
+func becomeCreator(uid, gid uint32) error {
+	_ = unix.Setfsgid(int(gid))
+	_ = unix.Setfsuid(int(uid))
+	if got, _ := unix.SetfsuidRetUid(-1); got != int(uid) {
+		return &mountError{op: "setfsuid", path: fmt.Sprint(uid), err: unix.EPERM}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return &mountError{op: "capget", path: "self", err: err}
+	}
+	for i := range data {
+		data[i].Effective = data[i].Permitted
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return &mountError{op: "capset", path: "self", err: err}
+	}
+	return nil
+}
+
+// cloneMount returns a detached copy of the mount at path (not recursive)
+// with attrs set, idmapped through userns when userns >= 0.
+func cloneMount(path string, userns int, attrs uint64) (int, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return -1, &mountError{op: "open_tree", path: path, err: err}
+	}
+	attr := unix.MountAttr{Attr_set: attrs}
+	if userns >= 0 {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(userns)
+	}
+	if attr.Attr_set != 0 {
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			unix.Close(fd)
+			return -1, &mountError{op: "mount_setattr", path: path, err: err}
+		}
+	}
+	return fd, nil
+}
+
+// overlayMount makes the detached overlay of spec. Without an idmap the
+// layers are passed by path; with one, each layer, and the directory
+// holding upper and work, is an idmapped clone passed by descriptor.
+func overlayMount(spec runtime.Spec, userns int) (int, error) {
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, &mountError{op: "fsopen", path: "overlay", err: err}
+	}
+	defer unix.Close(fsfd)
+	setPath := func(key, val string) error {
+		if err := unix.FsconfigSetString(fsfd, key, val); err != nil {
+			return &mountError{op: "fsconfig " + key, path: val, err: err}
+		}
+		return nil
+	}
+	setFd := func(key, name string, fd int) error {
+		if err := unix.FsconfigSetFd(fsfd, key, fd); err != nil {
+			return &mountError{op: "fsconfig " + key, path: name, err: err}
+		}
+		return nil
+	}
+	if userns < 0 {
+		for _, l := range spec.Layers {
+			if err := setPath("lowerdir+", l); err != nil {
+				return -1, err
+			}
+		}
+		if err := setPath("upperdir", spec.UpperDir); err != nil {
+			return -1, err
+		}
+		if err := setPath("workdir", spec.WorkDir); err != nil {
+			return -1, err
+		}
+	} else {
+		for _, l := range spec.Layers {
+			fd, err := cloneMount(l, userns, 0)
+			if err != nil {
+				return -1, err
+			}
+			err = setFd("lowerdir+", l, fd)
+			unix.Close(fd)
+			if err != nil {
+				return -1, err
+			}
+		}
+		dir := filepath.Dir(spec.UpperDir)
+		if filepath.Dir(spec.WorkDir) != dir {
+			return -1, fmt.Errorf("upper %s and work %s must share a directory: %w", spec.UpperDir, spec.WorkDir, errdefs.ErrInvalidArgument)
+		}
+		dfd, err := cloneMount(dir, userns, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(dfd)
+		for _, kv := range [][2]string{{"upperdir", spec.UpperDir}, {"workdir", spec.WorkDir}} {
+			fd, err := unix.Openat2(dfd, filepath.Base(kv[1]), &unix.OpenHow{
+				Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
+			})
+			if err != nil {
+				return -1, &mountError{op: "openat2", path: kv[1], err: err}
+			}
+			err = setFd(kv[0], kv[1], fd)
+			unix.Close(fd)
+			if err != nil {
+				return -1, err
+			}
+		}
+	}
+	if err := unix.FsconfigSetFlag(fsfd, "userxattr"); err != nil {
+		return -1, &mountError{op: "fsconfig userxattr", path: "overlay", err: err}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, &mountError{op: "fsconfig create", path: spec.UpperDir, err: err}
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return -1, &mountError{op: "fsmount", path: spec.UpperDir, err: err}
+	}
+	return mfd, nil
+}
+
+// idmapCache holds, per pair of (layer range, sandbox range), a user
+// namespace whose maps send the first onto the second: the idmap of that
+// sandbox's mounts. Made once (a short-lived helper process holds the
+// namespace while it is opened) and kept until close. Safe for concurrent
+// use.
+type idmapCache struct {
+	forker *guestForker // nil: helpers are forked by this process
+
+	// mu guards the fields below.
+	mu  sync.Mutex
+	fds map[[3]runtime.IDMap]int
+}
+
+// get returns the namespace mapping from onto uids and gids, made with the
+// runner binary runner ("agentbox guest hold") on first use.
+func (c *idmapCache) get(runner string, from, uids, gids runtime.IDMap) (int, error) {
+	if from.Size != uids.Size || from.Size != gids.Size {
+		return -1, fmt.Errorf("idmap %+v onto %+v/%+v: sizes differ: %w", from, uids, gids, errdefs.ErrInvalidArgument)
+	}
+	key := [3]runtime.IDMap{from, uids, gids}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fd, ok := c.fds[key]; ok {
+		return fd, nil
+	}
+	fd, err := c.make(runner, from, uids, gids)
+	if err != nil {
+		return -1, err
+	}
+	if c.fds == nil {
+		c.fds = map[[3]runtime.IDMap]int{}
+	}
+	c.fds[key] = fd
+	return fd, nil
+}
+
+// make starts "agentbox guest hold" in a new user namespace with the maps,
+// opens the namespace and lets the helper exit (it waits for its stdin to
+// close).
+func (c *idmapCache) make(runner string, from, uids, gids runtime.IDMap) (int, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return -1, err
+	}
+	defer w.Close()
+	defer r.Close()
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer devnull.Close()
+	req := forker.Request{
+		Path:        runner,
+		Args:        []string{"agentbox", "guest", "hold"},
+		Env:         []string{guestPath, guestProcs},
+		Dir:         "/",
+		Cloneflags:  unix.CLONE_NEWUSER,
+		UIDMappings: []syscall.SysProcIDMap{{ContainerID: int(from.HostID), HostID: int(uids.HostID), Size: int(from.Size)}},
+		GIDMappings: []syscall.SysProcIDMap{{ContainerID: int(from.HostID), HostID: int(gids.HostID), Size: int(from.Size)}},
+	}
+	var (
+		pid  int
+		wait func()
+	)
+	if c.forker != nil {
+		var pidfd int
+		if pid, pidfd, err = c.forker.spawn(req, []int{int(r.Fd()), int(devnull.Fd()), int(devnull.Fd())}); err != nil {
+			return -1, fmt.Errorf("idmap helper: %w", err)
+		}
+		wait = func() { _ = unix.Close(pidfd) } // the forker reaps it
+	} else {
+		pa := &os.ProcAttr{Dir: "/", Env: req.Env, Files: []*os.File{r, devnull, devnull}, Sys: req.SysProcAttr(-1)}
+		p, err := os.StartProcess(req.Path, req.Args, pa)
+		if err != nil {
+			return -1, fmt.Errorf("idmap helper: %w", err)
+		}
+		pid = p.Pid
+		wait = func() { _, _ = p.Wait() }
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	w.Close()
+	wait()
+	if err != nil {
+		return -1, &mountError{op: "open", path: "user namespace of the idmap helper", err: err}
+	}
+	return fd, nil
+}
+
+// close closes every namespace descriptor; the cache stays usable.
+func (c *idmapCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, fd := range c.fds {
+		_ = unix.Close(fd)
+		delete(c.fds, k)
+	}
+}
