@@ -95,6 +95,18 @@ type Sandbox struct {
 	// CPUBound: the sandbox has a task that stays runnable, and yields the
 	// CPU to the sandboxes that do not (api/limits.go).
 	CPUBound bool `json:"cpu_bound,omitempty"`
+	// IDRange is the host uid and gid range the sandbox's user namespace
+	// maps its ids 0..Size-1 onto: its own, shared with no other sandbox.
+	// Absent for sandboxes created before per-sandbox ranges existed
+	// (they run in the daemon's canonical range).
+	IDRange *IDRange `json:"id_range,omitempty"`
+}
+
+// IDRange is a range of host ids: HostID..HostID+Size-1, for uids and gids
+// alike.
+type IDRange struct {
+	HostID uint32 `json:"host_id"`
+	Size   uint32 `json:"size"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

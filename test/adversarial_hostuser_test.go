@@ -144,31 +144,26 @@ func TestAdversarialHostUserSetuidPlanted(t *testing.T) {
 // TestAdversarialHostUserEscapedRootOwnsNoOtherSandbox: a process running
 // with sandbox A's host root uid/gid (what escaping A yields) can neither
 // read nor write sandbox B's files, even handed an open fd of B's upper dir
-// (so the data dir's own modes do not hide the result).
+// (so the data dir's own modes do not hide the result). A's host root is
+// the uid a process inside A runs as, seen from the host.
 func TestAdversarialHostUserEscapedRootOwnsNoOtherSandbox(t *testing.T) {
 	d := newDaemon(t)
 	a := d.create(t, agentbox.SandboxSpec{})
 	b := d.create(t, agentbox.SandboxSpec{})
 	mustRun(t, b, "echo tenant-b > /secret && chmod 600 /secret && mkdir -p /priv && chmod 700 /priv")
-	var sta, stb syscall.Stat_t
-	if err := syscall.Stat(d.upperOf(a.ID()), &sta); err != nil {
-		t.Fatal(err)
+	rootA, rootB := hostUID(t, d, a), hostUID(t, d, b)
+	if rootA == 0 || rootB == 0 {
+		t.Fatalf("sandbox root is host root (a %d, b %d)", rootA, rootB)
 	}
-	if err := syscall.Stat(d.upperOf(b.ID()), &stb); err != nil {
-		t.Fatal(err)
-	}
-	if sta.Uid == 0 || stb.Uid == 0 {
-		t.Fatalf("upper dirs owned by host root (a %d, b %d)", sta.Uid, stb.Uid)
-	}
-	if sta.Uid == stb.Uid {
-		t.Errorf("sandboxes %s and %s share host root uid %d", a.ID(), b.ID(), sta.Uid)
+	if rootA == rootB {
+		t.Errorf("sandboxes %s and %s share host root uid %d", a.ID(), b.ID(), rootA)
 	}
 	upperB, err := os.Open(d.upperOf(b.ID()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer upperB.Close()
-	uid, gid := int(sta.Uid), int(sta.Gid)
+	uid, gid := rootA, rootA
 	if out, err := asUser(t, uid, gid, []*os.File{upperB}, "cat", "/proc/self/fd/3/secret"); err == nil {
 		t.Errorf("A's host root (uid %d) read B's /secret: %q", uid, out)
 	}
@@ -181,12 +176,49 @@ func TestAdversarialHostUserEscapedRootOwnsNoOtherSandbox(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(d.upperOf(b.ID()), "pwned")); err == nil || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("B's upper dir has a file planted from A: %v", err)
 	}
-	// And B still sees only its own files, owned by its root.
-	if got := strings.TrimSpace(mustRun(t, b, "cat /secret; ls / | grep -c pwned || true")); got != "tenant-b\n0" && got != "tenant-b\n0\n" {
-		if !strings.HasPrefix(got, "tenant-b") || strings.Contains(got, "pwned") {
-			t.Errorf("B's view: %q", got)
+	// A's host root owns nothing of A's files on disk either: they stay in
+	// the canonical range, which no process runs in.
+	var st syscall.Stat_t
+	mustRun(t, a, "echo mine > /mine")
+	if err := syscall.Stat(filepath.Join(d.upperOf(a.ID()), "mine"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if int(st.Uid) == rootA || int(st.Uid) == rootB {
+		t.Errorf("A's file is owned on disk by a sandbox's host uid %d", st.Uid)
+	}
+	// Inside, each sandbox still sees its files as its own root's.
+	if got := strings.TrimSpace(mustRun(t, a, "stat -c %u:%g /mine /bin/busybox")); got != "0:0\n0:0" {
+		t.Errorf("inside A, owners are %q, want 0:0 twice", got)
+	}
+	if got := strings.TrimSpace(mustRun(t, b, "cat /secret")); got != "tenant-b" {
+		t.Errorf("B's /secret reads %q", got)
+	}
+}
+
+// hostUID is the host uid a process of sb runs as (its root), found on the
+// host through a sleep with a unique argument.
+func hostUID(t *testing.T, d *daemon, sb *agentbox.Sandbox) int {
+	t.Helper()
+	arg := fmt.Sprintf("%d", 1000000+time.Now().UnixNano()%8999999)
+	mustRun(t, sb, "sleep "+arg+" >/dev/null 2>&1 &")
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		out, _ := exec.Command("pgrep", "-x", "-f", "sleep "+arg).Output()
+		for _, pid := range strings.Fields(string(out)) {
+			status, err := os.ReadFile("/proc/" + pid + "/status")
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(status), "\n") {
+				if f := strings.Fields(line); len(f) >= 3 && f[0] == "Uid:" {
+					var uid int
+					_, _ = fmt.Sscan(f[2], &uid) // effective
+					return uid
+				}
+			}
 		}
 	}
+	t.Fatalf("no host process of sandbox %s found", sb.ID())
+	return 0
 }
 
 // idRange is the id_range field of GET /v1/sandboxes/{id}.
@@ -224,12 +256,8 @@ func TestAdversarialHostUserInspectIDRange(t *testing.T) {
 	if ra.HostID < rb.HostID+rb.Size && rb.HostID < ra.HostID+ra.Size {
 		t.Errorf("id ranges overlap: %s %+v, %s %+v", a.ID(), ra, b.ID(), rb)
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(d.upperOf(a.ID()), &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Uid != ra.HostID || st.Gid != ra.HostID {
-		t.Errorf("A's upper dir is owned by %d:%d, its id range starts at %d", st.Uid, st.Gid, ra.HostID)
+	if got := hostUID(t, d, a); got != int(ra.HostID) {
+		t.Errorf("A's root runs as host uid %d, its id range starts at %d", got, ra.HostID)
 	}
 	out, err := exec.Command(agentboxBin(t), "--host", "unix://"+d.socket, "inspect", a.ID()).CombinedOutput()
 	if err != nil {

@@ -73,14 +73,21 @@ func TestSecurity(t *testing.T) {
 		if id := strings.TrimSpace(mustRun(t, sb, "id -u")); id != "0" {
 			t.Fatalf("id -u inside = %s, want 0", id)
 		}
-		// A file root creates inside is owned by the mapped uid on the host.
+		// A file root creates inside is stored in the canonical range (the
+		// owner of the upper dir itself), never under the sandbox's own
+		// host uid: a process escaping the sandbox owns no file on disk.
 		mustRun(t, sb, "echo x > /root/owned")
-		fi, err := os.Stat(filepath.Join(d.dataDir, "sandboxes", sb.ID(), "upper", "root", "owned"))
+		upper := filepath.Join(d.dataDir, "sandboxes", sb.ID(), "upper")
+		fi, err := os.Stat(filepath.Join(upper, "root", "owned"))
 		if err != nil {
 			t.Fatalf("stat upper file on host: %v", err)
 		}
-		if uid := statUID(fi); uid != uint32(hostUID) {
-			t.Fatalf("file created by sandbox root is owned by host uid %d, want %d", uid, hostUID)
+		ui, err := os.Stat(upper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := statUID(fi); uid != statUID(ui) || uid == uint32(hostUID) || uid < 1000 {
+			t.Fatalf("file created by sandbox root is owned by host uid %d, want the canonical %d (sandbox root is %d)", uid, statUID(ui), hostUID)
 		}
 	})
 

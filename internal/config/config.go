@@ -46,12 +46,14 @@ const (
 
 // Defaults.
 const (
-	DefaultDataDir      = "/var/lib/agentbox"
-	DefaultSocketPath   = "/run/agentbox/agentbox.sock"
-	DefaultSecretsKey   = "/etc/agentbox/secrets.key"
-	DefaultTemplate     = "busybox"
-	DefaultIDMapBase    = 100000
-	DefaultIDMapSize    = 65536
+	DefaultDataDir    = "/var/lib/agentbox"
+	DefaultSocketPath = "/run/agentbox/agentbox.sock"
+	DefaultSecretsKey = "/etc/agentbox/secrets.key"
+	DefaultTemplate   = "busybox"
+	DefaultIDMapBase  = 100000
+	// DefaultIDMapSize holds 4096 slots of 65536 ids (package idrange):
+	// the layers' canonical range and 4095 sandboxes' own ranges.
+	DefaultIDMapSize    = 4096 * 65536
 	SubIDUser           = "agentbox" // the /etc/subuid and /etc/subgid entry used
 	minHostIDForSandbox = 1000       // host ids below this are system accounts
 )
@@ -100,7 +102,9 @@ type Config struct {
 	TCPEdge
 
 	// UIDMapBase/UIDMapSize and GIDMapBase/GIDMapSize are the host id ranges
-	// sandboxes' user namespaces are mapped into.
+	// sandboxes' user namespaces are mapped into, cut into slots of 65536
+	// ids: the first owns every layer on disk, each sandbox runs in one of
+	// its own (package idrange). Size must hold at least two slots.
 	UIDMapBase uint32 `json:"uid_map_base"`
 	UIDMapSize uint32 `json:"uid_map_size"`
 	GIDMapBase uint32 `json:"gid_map_base"`
@@ -304,8 +308,8 @@ func (c *Config) Validate() error {
 	}
 	checkRange := func(kind string, base, size uint32) {
 		switch {
-		case size == 0:
-			bad("%s map size must be positive", kind)
+		case size < 2*65536:
+			bad("%s map size %d must hold at least two slots of 65536 ids (the layers' range and one sandbox's)", kind, size)
 		case base < minHostIDForSandbox:
 			bad("%s map range %d-%d includes host ids below %d (root and system accounts)", kind, base, uint64(base)+uint64(size)-1, minHostIDForSandbox)
 		case uint64(base)+uint64(size) > 1<<32-1:

@@ -20,10 +20,10 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/ratelimit"
 	"github.com/agentbox/agentbox/internal/runner"
-	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/native"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/secrets"
@@ -78,7 +78,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, fmt.Errorf("uid map %d+%d and gid map %d+%d must be the same range: %w",
 			cfg.UIDMapBase, cfg.UIDMapSize, cfg.GIDMapBase, cfg.GIDMapSize, errdefs.ErrInvalidArgument)
 	}
-	ids := runtime.IDMap{HostID: cfg.UIDMapBase, Size: cfg.UIDMapSize}
+	// The range is cut into 65536-id slots: slot 0 owns every layer and
+	// writable layer on disk, each sandbox runs in a slot of its own.
+	idRanges, err := idrange.New(cfg.UIDMapBase, cfg.UIDMapSize)
+	if err != nil {
+		return nil, fmt.Errorf("uid/gid map: %w", err)
+	}
+	ids := idRanges.Canonical()
 	// 0700, also when an earlier version left it open: nothing below it
 	// is for any host user but root (the guests never resolve a path in
 	// it; native.Backend hands them their mounts).
@@ -142,8 +148,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	backend, err := native.New(native.Config{Logger: log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: &native.Prespawn{
 		Size:      2,
 		RunnerDir: runnerDir,
-		UIDMap:    ids,
-		GIDMap:    ids,
+		IDs:       idRanges,
+		LayerIDs:  ids,
 		SocketDir: filepath.Join(filepath.Dir(cfg.SocketPath), "sb"),
 		LogDir:    filepath.Join(cfg.DataDir, "sandboxes", ".zygotes"),
 		// Every path of a sandbox's spec is in the data dir; a waiting
@@ -174,6 +180,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		RunDir:          filepath.Dir(cfg.SocketPath),
 		RunnerDir:       runnerDir,
 		IDs:             ids,
+		IDRanges:        idRanges,
 		Layers:          ls,
 		DefaultTemplate: cfg.DefaultTemplate,
 		DefaultResources: api.Resources{

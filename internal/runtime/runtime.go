@@ -99,6 +99,16 @@ type Spec struct {
 	Resources Resources
 }
 
+// IDRangeClaimer is implemented by backends that start guests ahead of
+// need, each in a host id range of its own (native's Prespawn pool).
+// ClaimIDRange reserves such a guest and hands its range to the caller, who
+// owns it from then on (and frees it to its allocator once the sandbox is
+// gone); a Create whose UIDMap and GIDMap are that range uses the reserved
+// guest. false: no guest is ready; the caller allocates a range itself.
+type IDRangeClaimer interface {
+	ClaimIDRange() (IDMap, bool)
+}
+
 // Status is a sandbox's observed state.
 type Status string
 

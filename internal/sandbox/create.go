@@ -235,6 +235,14 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 	if err := os.MkdirAll(p.state, 0o700); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: creating state dir: %w", id, err)
 	}
+	// (Undone before the sandbox dir is removed: undo runs last first.)
+	release, err := m.assignIDs(&rec)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	if release != nil {
+		undo = append(undo, release)
+	}
 	spec := m.runtimeSpec(rec)
 	rt, err := m.backend.Create(ctx, spec)
 	if err != nil {
@@ -282,8 +290,9 @@ func (m *Manager) runtimeSpec(rec store.SandboxRecord) runtime.Spec {
 		SocketPath: rec.SocketPath,
 		StateDir:   rec.StateDir,
 		Hostname:   rec.Sandbox.Hostname,
-		UIDMap:     m.cfg.IDs,
-		GIDMap:     m.cfg.IDs,
+		LayerIDs:   m.cfg.IDs,
+		UIDMap:     m.idsOf(rec),
+		GIDMap:     m.idsOf(rec),
 		Resources:  runtime.Resources{CPUs: r.CPUs, MemoryBytes: r.MemoryBytes, PidsMax: r.PidsMax, OpenFiles: r.OpenFiles},
 	}
 }
@@ -390,6 +399,8 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 	}
 	if err := os.RemoveAll(m.paths(id).dir); err != nil {
 		errs = append(errs, fmt.Errorf("removing sandbox dir: %w", err))
+	} else if len(errs) == 0 {
+		m.releaseIDs(m.idsOf(rec)) // no process, no file of it is left
 	}
 	if err := m.store.DeleteSandbox(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("deleting record: %w", err))

@@ -43,8 +43,14 @@ type Config struct {
 	// RunnerDir holds the guest binary ("agentbox") mounted read-only into
 	// every sandbox at /.agentbox; see PrepareRunner.
 	RunnerDir string
-	// IDs is the host uid/gid range sandbox ids 0..Size-1 map to.
+	// IDs is the canonical host uid/gid range: layers, upper and work dirs
+	// are owned by it on disk, and, without IDRanges, every sandbox's ids
+	// 0..Size-1 map onto it.
 	IDs runtime.IDMap
+	// IDRanges, when set, gives every sandbox (and build step) a host id
+	// range of its own (package idrange); the backend shows it the files
+	// of IDs through idmapped mounts.
+	IDRanges IDRanges
 	// DefaultTemplate is used when a create request names none.
 	DefaultTemplate string
 	// DefaultResources fill in zero fields of a create request. Its
@@ -72,6 +78,16 @@ type Config struct {
 	// (recovery, warm pools, the daemon's scheduler) can run before
 	// admission is in place.
 	Quotas Quotas
+}
+
+// IDRanges allocates per-sandbox host id ranges (package idrange).
+type IDRanges interface {
+	// Alloc returns a free range; errdefs.ErrResourceExhausted when none is.
+	Alloc() (runtime.IDMap, error)
+	// Adopt marks a recovered sandbox's range in use.
+	Adopt(runtime.IDMap) error
+	// Release frees a range once its sandbox's processes and files are gone.
+	Release(runtime.IDMap)
 }
 
 // Manager creates, tracks, recovers and destroys sandboxes.

@@ -30,6 +30,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	known := make(map[string]bool, len(recs))
 	adopted, reaped := 0, 0
+	// Every recorded range is taken before anything is reaped or created.
+	for _, rec := range recs {
+		m.adoptIDs(ctx, rec)
+	}
 	for _, rec := range recs {
 		id := rec.Sandbox.ID
 		known[id] = true
@@ -123,6 +127,8 @@ func (m *Manager) reap(ctx context.Context, rec store.SandboxRecord) error {
 	}
 	if err := os.RemoveAll(m.paths(rec.Sandbox.ID).dir); err != nil {
 		errs = append(errs, err)
+	} else {
+		m.releaseIDs(m.idsOf(rec))
 	}
 	if err := m.store.DeleteSandbox(ctx, rec.Sandbox.ID); err != nil {
 		errs = append(errs, err)

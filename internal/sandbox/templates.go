@@ -180,6 +180,15 @@ func (r *StepRunner) RunStep(ctx context.Context, layers []string, upperDir stri
 		return fmt.Errorf("build step: %w", err)
 	}
 	defer os.RemoveAll(state)
+	ids, owned, err := m.allocIDs()
+	if err != nil {
+		return fmt.Errorf("build step: %w", err)
+	}
+	if owned {
+		// Deferred first, so freed last: after the step's sandbox is
+		// destroyed (its files are in the canonical range).
+		defer m.releaseIDs(ids)
+	}
 	spec := runtime.Spec{
 		ID:         id,
 		Layers:     layers,
@@ -189,8 +198,9 @@ func (r *StepRunner) RunStep(ctx context.Context, layers []string, upperDir stri
 		SocketPath: filepath.Join(m.cfg.RunDir, "sb", id+".sock"),
 		StateDir:   state,
 		Hostname:   "build",
-		UIDMap:     m.cfg.IDs,
-		GIDMap:     m.cfg.IDs,
+		LayerIDs:   m.cfg.IDs,
+		UIDMap:     ids,
+		GIDMap:     ids,
 		Resources: runtime.Resources{
 			CPUs:        m.cfg.DefaultResources.CPUs,
 			MemoryBytes: m.cfg.DefaultResources.MemoryBytes,

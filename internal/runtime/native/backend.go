@@ -90,6 +90,8 @@ var (
 	_ runtime.Sandbox     = (*sandbox)(nil)
 	_ runtime.Pauser      = (*sandbox)(nil)
 	_ runtime.StatsReader = (*sandbox)(nil)
+
+	_ runtime.IDRangeClaimer = (*Backend)(nil)
 )
 
 var (
@@ -146,7 +148,7 @@ func New(cfg Config) (*Backend, error) {
 			// Only an owned parent holds no other daemon's zygotes.
 			b.removeZygoteCgroups(context.Background())
 		}
-		pool, err := newZygotePool(*cfg.Prespawn, mode, cfg.CgroupParent, b.forker, b.log)
+		pool, err := newZygotePool(*cfg.Prespawn, mode, cfg.CgroupParent, b.forker, b.idmaps, b.log)
 		if err != nil {
 			b.yield.close()
 			return nil, err
@@ -175,6 +177,11 @@ func (b *Backend) Close() error {
 	b.idmaps.close()
 	return err
 }
+
+// ClaimIDRange implements runtime.IDRangeClaimer: with Prespawn.IDs, a
+// waiting zygote is reserved for the caller's next Create with the
+// returned range.
+func (b *Backend) ClaimIDRange() (runtime.IDMap, bool) { return b.pool.claim() }
 
 // Capabilities reports what the backend enforces.
 func (b *Backend) Capabilities() runtime.Capabilities {

@@ -142,6 +142,16 @@ func cloneMount(path string, userns int, attrs uint64) (int, error) {
 	if err != nil {
 		return -1, &mountError{op: "open_tree", path: path, err: err}
 	}
+	if err := setAttrs(fd, path, userns, attrs); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// setAttrs sets attrs, and the idmap of userns when userns >= 0, on the
+// detached mount fd.
+func setAttrs(fd int, path string, userns int, attrs uint64) error {
 	attr := unix.MountAttr{Attr_set: attrs}
 	if userns >= 0 {
 		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
@@ -149,11 +159,10 @@ func cloneMount(path string, userns int, attrs uint64) (int, error) {
 	}
 	if attr.Attr_set != 0 {
 		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-			unix.Close(fd)
-			return -1, &mountError{op: "mount_setattr", path: path, err: err}
+			return &mountError{op: "mount_setattr", path: path, err: err}
 		}
 	}
-	return fd, nil
+	return nil
 }
 
 // overlayMount makes the detached overlay of spec. Without an idmap the
@@ -190,39 +199,51 @@ func overlayMount(spec runtime.Spec, userns int) (int, error) {
 			return -1, err
 		}
 	} else {
+		// Each clone stays open until the overlay is made: closing the
+		// last descriptor of a detached mount unmounts it, and overlayfs
+		// clones its layers only at create.
 		for _, l := range spec.Layers {
 			fd, err := cloneMount(l, userns, 0)
 			if err != nil {
 				return -1, err
 			}
-			err = setFd("lowerdir+", l, fd)
-			unix.Close(fd)
-			if err != nil {
+			defer unix.Close(fd)
+			if err := setFd("lowerdir+", l, fd); err != nil {
 				return -1, err
 			}
 		}
+		// Upper and work must be on one mount: a clone of their
+		// directory (owned by host root, which the idmap does not map),
+		// opened into before the idmap is set.
 		dir := filepath.Dir(spec.UpperDir)
 		if filepath.Dir(spec.WorkDir) != dir {
 			return -1, fmt.Errorf("upper %s and work %s must share a directory: %w", spec.UpperDir, spec.WorkDir, errdefs.ErrInvalidArgument)
 		}
-		dfd, err := cloneMount(dir, userns, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+		dfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
 		if err != nil {
-			return -1, err
+			return -1, &mountError{op: "open_tree", path: dir, err: err}
 		}
 		defer unix.Close(dfd)
-		for _, kv := range [][2]string{{"upperdir", spec.UpperDir}, {"workdir", spec.WorkDir}} {
-			fd, err := unix.Openat2(dfd, filepath.Base(kv[1]), &unix.OpenHow{
+		var fds [2]int
+		for i, p := range []string{spec.UpperDir, spec.WorkDir} {
+			fd, err := unix.Openat2(dfd, filepath.Base(p), &unix.OpenHow{
 				Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
 				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
 			})
 			if err != nil {
-				return -1, &mountError{op: "openat2", path: kv[1], err: err}
+				return -1, &mountError{op: "openat2", path: p, err: err}
 			}
-			err = setFd(kv[0], kv[1], fd)
-			unix.Close(fd)
-			if err != nil {
-				return -1, err
-			}
+			defer unix.Close(fd)
+			fds[i] = fd
+		}
+		if err := setAttrs(dfd, dir, userns, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
+			return -1, err
+		}
+		if err := setFd("upperdir", spec.UpperDir, fds[0]); err != nil {
+			return -1, err
+		}
+		if err := setFd("workdir", spec.WorkDir, fds[1]); err != nil {
+			return -1, err
 		}
 	}
 	if err := unix.FsconfigSetFlag(fsfd, "userxattr"); err != nil {

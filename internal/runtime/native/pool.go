@@ -32,9 +32,19 @@ import (
 type Prespawn struct {
 	// Size is how many zygotes are kept waiting (default 1).
 	Size int
-	// RunnerDir and UIDMap/GIDMap must equal those of the specs served.
-	RunnerDir      string
+	// RunnerDir must equal that of the specs served.
+	RunnerDir string
+	// IDs, when set, gives every zygote a host id range of its own,
+	// allocated when it is started and freed when it is discarded unused;
+	// Backend.ClaimIDRange hands one's range (and ownership of it) to the
+	// caller, whose Create with that range then uses it. Without IDs all
+	// zygotes share UIDMap/GIDMap and serve specs with those maps.
+	IDs            IDAllocator
 	UIDMap, GIDMap runtime.IDMap
+	// LayerIDs, with IDs, is the range the specs' layers are owned by on
+	// disk: a zygote's idmap user namespace (mounts.go) is made with it,
+	// off the create path.
+	LayerIDs runtime.IDMap
 	// SocketDir holds the zygotes' listening sockets until a Create renames
 	// one to its spec's SocketPath (same filesystem required; otherwise
 	// the zygote is not used).
@@ -55,12 +65,22 @@ type Prespawn struct {
 	Keep []string
 }
 
+// IDAllocator hands out host id ranges (package idrange).
+type IDAllocator interface {
+	Alloc() (runtime.IDMap, error)
+	Release(runtime.IDMap)
+}
+
 // zygote is a started guest waiting for its config.
 type zygote struct {
 	g        *guestProc
 	cg       *cgroupV1 // a cgroup of its own, renamed to the sandbox's on claim
 	sockPath string
 	logPath  string
+	ids      runtime.IDMap
+	// release frees ids when the zygote is discarded; nil once its range
+	// was claimed (the claimer owns it) or when ranges are not allocated.
+	release func()
 }
 
 // zygotePool keeps Prespawn.Size zygotes ready. Safe for concurrent use.
@@ -70,6 +90,7 @@ type zygotePool struct {
 	cgroupParent string
 	forker       *guestForker // nil: zygotes are forked by this process
 	keepEnv      string       // nsinit.EnvKeep=<Keep as JSON>, or "" without Keep
+	idmaps       *idmapCache
 
 	// spawning counts the zygotes being started; close waits for them, so
 	// that no guest is left behind by a daemon that exits right after.
@@ -79,6 +100,7 @@ type zygotePool struct {
 	// mu guards the fields below.
 	mu      sync.Mutex
 	ready   []*zygote
+	claimed map[runtime.IDMap]*zygote // by range; see claim
 	filling int
 	closed  bool
 }
@@ -94,7 +116,7 @@ const zygotePrefix = ".zygote-"
 // period, which a zygote pays in the background and a claim avoids by
 // renaming the zygote's cgroup. On pure v2 hosts a cold guest is born in its
 // cgroup (CLONE_INTO_CGROUP) and no pool is kept: it returns nil.
-func newZygotePool(cfg Prespawn, mode, cgroupParent string, forker *guestForker, log *slog.Logger) (*zygotePool, error) {
+func newZygotePool(cfg Prespawn, mode, cgroupParent string, forker *guestForker, idmaps *idmapCache, log *slog.Logger) (*zygotePool, error) {
 	if mode == "v2" {
 		log.Debug("cgroup v2: guests are started cold, born in their cgroup")
 		return nil, nil
@@ -134,7 +156,7 @@ func newZygotePool(cfg Prespawn, mode, cgroupParent string, forker *guestForker,
 	}
 	// (Their cgroups are removed by the backend before the pool starts:
 	// Backend.removeZygoteCgroups.)
-	p := &zygotePool{cfg: cfg, log: log, cgroupParent: cgroupParent, forker: forker, keepEnv: keepEnv}
+	p := &zygotePool{cfg: cfg, log: log, cgroupParent: cgroupParent, forker: forker, keepEnv: keepEnv, idmaps: idmaps}
 	go p.fill()
 	return p, nil
 }
@@ -154,11 +176,78 @@ func (p *zygotePool) matches(spec runtime.Spec) bool {
 	return true
 }
 
+// claim reserves a live zygote for the next take with its range and hands
+// the range (and the duty to free it) to the caller. Only with
+// Prespawn.IDs. Claiming one starts a refill in the background.
+func (p *zygotePool) claim() (runtime.IDMap, bool) {
+	if p == nil || p.cfg.IDs == nil {
+		return runtime.IDMap{}, false
+	}
+	defer func() { go p.fill() }()
+	for {
+		p.mu.Lock()
+		if p.closed || len(p.ready) == 0 {
+			p.mu.Unlock()
+			return runtime.IDMap{}, false
+		}
+		z := p.ready[len(p.ready)-1]
+		p.ready = p.ready[:len(p.ready)-1]
+		select {
+		case <-z.g.done:
+			p.mu.Unlock()
+			z.discard()
+			continue
+		default:
+		}
+		z.release = nil
+		if old := p.claimed[z.ids]; old != nil {
+			// Claimed before and never used: its range was freed and
+			// allocated again. Cannot happen (a range is allocated once
+			// until freed), but never keep two guests for one range.
+			go old.discard()
+		}
+		if p.claimed == nil {
+			p.claimed = map[runtime.IDMap]*zygote{}
+		}
+		p.claimed[z.ids] = z
+		p.mu.Unlock()
+		return z.ids, true
+	}
+}
+
 // take returns a live zygote for spec, moved onto spec's socket path and
 // log path, or nil when none is ready (the caller starts a guest cold).
+// With Prespawn.IDs only the zygote claimed for spec's range is used.
 // Taking one starts a refill in the background.
 func (p *zygotePool) take(spec runtime.Spec) *zygote {
-	if p == nil || !p.matches(spec) {
+	if p == nil || spec.RunnerDir != p.cfg.RunnerDir {
+		return nil
+	}
+	if p.cfg.IDs != nil {
+		if spec.UIDMap != spec.GIDMap {
+			return nil
+		}
+		p.mu.Lock()
+		z := p.claimed[spec.UIDMap]
+		delete(p.claimed, spec.UIDMap)
+		p.mu.Unlock()
+		if z == nil {
+			return nil
+		}
+		select {
+		case <-z.g.done:
+			z.discard()
+			return nil
+		default:
+		}
+		if err := z.moveTo(spec); err != nil {
+			p.log.Debug("zygote not usable for this spec; starting cold", "err", err)
+			z.discard()
+			return nil
+		}
+		return z
+	}
+	if !p.matches(spec) {
 		return nil
 	}
 	for {
@@ -335,31 +424,42 @@ func (p *zygotePool) spawn() (*zygote, error) {
 		return nil, err
 	}
 	z.cg = cg.(*cgroupV1)
-	// Born in a delegated cgroup of the unified hierarchy of its own, for
-	// its per-exec cgroups (execcgroup.go); the v1 cgroups are joined
-	// below.
-	cgfd := -1
-	if dir, err := newUnifiedDir("/"+p.cgroupParent+"/"+name, p.cfg.UIDMap.HostID, p.cfg.GIDMap.HostID); err != nil {
-		_ = z.cg.delete()
-		_ = os.Remove(z.sockPath)
-		_ = os.Remove(z.logPath)
-		return nil, err
-	} else if dir != "" {
-		z.cg.unified = dir
-		if cgfd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-			_ = z.cg.delete()
-			_ = os.Remove(z.sockPath)
-			_ = os.Remove(z.logPath)
-			return nil, fmt.Errorf("opening cgroup dir: %w", err)
-		}
-		defer unix.Close(cgfd)
-	}
-	g, err := spawnGuest(p.forker, p.cfg.RunnerDir, p.cfg.UIDMap, p.cfg.GIDMap, lnFile, logFile, cgfd, p.keepEnv)
+	z.ids, err = p.ids()
 	if err != nil {
 		_ = z.cg.delete()
 		_ = os.Remove(z.sockPath)
 		_ = os.Remove(z.logPath)
 		return nil, err
+	}
+	if p.cfg.IDs != nil {
+		ids := z.ids
+		z.release = func() { p.cfg.IDs.Release(ids) }
+	}
+	fail := func(err error) (*zygote, error) {
+		_ = z.cg.delete()
+		_ = os.Remove(z.sockPath)
+		_ = os.Remove(z.logPath)
+		if z.release != nil {
+			z.release()
+		}
+		return nil, err
+	}
+	// Born in a delegated cgroup of the unified hierarchy of its own, for
+	// its per-exec cgroups (execcgroup.go), owned by its own root; the v1
+	// cgroups are joined below.
+	cgfd := -1
+	if dir, err := newUnifiedDir("/"+p.cgroupParent+"/"+name, z.ids.HostID, z.ids.HostID); err != nil {
+		return fail(err)
+	} else if dir != "" {
+		z.cg.unified = dir
+		if cgfd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return fail(fmt.Errorf("opening cgroup dir: %w", err))
+		}
+		defer unix.Close(cgfd)
+	}
+	g, err := spawnGuest(p.forker, p.cfg.RunnerDir, z.ids, z.ids, lnFile, logFile, cgfd, p.keepEnv)
+	if err != nil {
+		return fail(err)
 	}
 	z.g = g
 	if testHookSpawned != nil {
@@ -374,7 +474,24 @@ func (p *zygotePool) spawn() (*zygote, error) {
 		z.discard()
 		return nil, fmt.Errorf("zygote guest: %w", err)
 	}
+	if p.cfg.IDs != nil && p.cfg.LayerIDs.Size != 0 && p.cfg.LayerIDs != z.ids && p.idmaps != nil {
+		if _, err := p.idmaps.get(filepath.Join(p.cfg.RunnerDir, "agentbox"), p.cfg.LayerIDs, z.ids, z.ids); err != nil {
+			p.log.Warn("preparing a zygote's idmap", "err", err) // Create tries again
+		}
+	}
 	return z, nil
+}
+
+// ids is the range of a new zygote: one of its own with Prespawn.IDs, else
+// the shared UIDMap (which must then equal GIDMap).
+func (p *zygotePool) ids() (runtime.IDMap, error) {
+	if p.cfg.IDs != nil {
+		return p.cfg.IDs.Alloc()
+	}
+	if p.cfg.UIDMap != p.cfg.GIDMap {
+		return runtime.IDMap{}, fmt.Errorf("prespawn: uid map %+v and gid map %+v differ", p.cfg.UIDMap, p.cfg.GIDMap)
+	}
+	return p.cfg.UIDMap, nil
 }
 
 // waitFor reads exactly len(want) bytes from the guest's sync pipe within d
@@ -409,10 +526,14 @@ func (z *zygote) discard() {
 	_ = z.cg.delete()
 	_ = os.Remove(z.sockPath)
 	_ = os.Remove(z.logPath)
+	if z.release != nil {
+		z.release()
+		z.release = nil
+	}
 }
 
-// close discards every waiting zygote and waits until those being
-// started are discarded too; later takes return nil.
+// close discards every waiting or claimed zygote and waits until those
+// being started are discarded too; later takes return nil.
 func (p *zygotePool) close() error {
 	if p == nil {
 		return nil
@@ -421,6 +542,10 @@ func (p *zygotePool) close() error {
 	p.closed = true
 	ready := p.ready
 	p.ready = nil
+	for _, z := range p.claimed {
+		ready = append(ready, z)
+	}
+	p.claimed = nil
 	p.mu.Unlock()
 	p.spawning.Wait()
 	var errs []error
