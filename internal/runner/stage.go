@@ -52,11 +52,16 @@ func (r Runner) GuestVersion() string { return GuestVersion(r.Version, r.Build) 
 // and validating are safe for concurrent use; directories are immutable
 // once renamed into place and are never removed while the daemon runs.
 type Store struct {
-	// Root holds the runner directories; it must be searchable by UID.
+	// Root holds the runner directories (host root only: the self-check
+	// is executed through a descriptor).
 	Root string
-	// UID and GID are the unprivileged host ids the self-check runs as (the
-	// sandboxes' mapped root).
+	// UID and GID are the unprivileged host ids the self-check runs as,
+	// unless Lease is set.
 	UID, GID uint32
+	// Lease, when set, returns the unprivileged host id (uid and gid) one
+	// self-check runs as, and a release called once it has exited (a
+	// host id range of its own, as a sandbox gets).
+	Lease func() (id uint32, release func(), err error)
 	// Timeout bounds one self-check (default 10s).
 	Timeout time.Duration
 }
@@ -209,15 +214,32 @@ func (s *Store) Validate(ctx context.Context, bin string) (Report, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	uid, gid := s.UID, s.GID
+	if s.Lease != nil {
+		id, release, err := s.Lease()
+		if err != nil {
+			return Report{}, fmt.Errorf("self-check: %w", err)
+		}
+		defer release()
+		uid, gid = id, id
+	}
+	// Executed through a descriptor: its uid cannot traverse the data dir.
+	exe, err := os.Open(bin)
+	if err != nil {
+		return Report{}, fmt.Errorf("self-check: %w", err)
+	}
+	defer exe.Close()
 	var stdout, stderr capped
 	stdout.max, stderr.max = 64<<10, 4<<10
-	cmd := exec.CommandContext(ctx, bin, "guest", "selfcheck")
+	cmd := exec.CommandContext(ctx, "/proc/self/fd/3", "guest", "selfcheck")
+	cmd.Args[0] = BinaryName
+	cmd.ExtraFiles = []*os.File{exe}
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: s.UID, Gid: s.GID, Groups: []uint32{}},
+		Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}},
 		Cloneflags: unix.CLONE_NEWNET | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 		Setsid:     true,
 		Pdeathsig:  syscall.SIGKILL,

@@ -40,7 +40,19 @@ import (
 // runnerStore is the store of runner directories: the parent of the
 // daemon's own runner.
 func (m *Manager) runnerStore() *runner.Store {
-	return &runner.Store{Root: filepath.Dir(m.cfg.RunnerDir), UID: m.cfg.IDs.HostID, GID: m.cfg.IDs.HostID}
+	s := &runner.Store{Root: filepath.Dir(m.cfg.RunnerDir), UID: m.cfg.IDs.HostID, GID: m.cfg.IDs.HostID}
+	if m.cfg.IDRanges != nil {
+		// An uploaded binary's self-check runs as the root of a range of
+		// its own, never as the canonical range that owns the layers.
+		s.Lease = func() (uint32, func(), error) {
+			r, err := m.cfg.IDRanges.Alloc()
+			if err != nil {
+				return 0, nil, err
+			}
+			return r.HostID, func() { m.cfg.IDRanges.Release(r) }, nil
+		}
+	}
+	return s
 }
 
 // defaultRunner is the hash of the daemon's own runner.

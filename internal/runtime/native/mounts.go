@@ -262,14 +262,24 @@ func overlayMount(spec runtime.Spec, userns int) (int, error) {
 // idmapCache holds, per pair of (layer range, sandbox range), a user
 // namespace whose maps send the first onto the second: the idmap of that
 // sandbox's mounts. Made once (a short-lived helper process holds the
-// namespace while it is opened) and kept until close. Safe for concurrent
-// use.
+// namespace while it is opened) and kept until close; a miss makes the
+// next two ranges up in the background too (ranges are handed out lowest
+// first, so they are the likely next ones), keeping the helper's start
+// off most creates. Safe for concurrent use.
 type idmapCache struct {
 	forker *guestForker // nil: helpers are forked by this process
 
 	// mu guards the fields below.
-	mu  sync.Mutex
-	fds map[[3]runtime.IDMap]int
+	mu      sync.Mutex
+	entries map[[3]runtime.IDMap]*idmapEntry
+}
+
+// idmapEntry is one namespace, made once; done is closed when fd and err
+// are set.
+type idmapEntry struct {
+	done chan struct{}
+	fd   int
+	err  error
 }
 
 // get returns the namespace mapping from onto uids and gids, made with the
@@ -278,21 +288,43 @@ func (c *idmapCache) get(runner string, from, uids, gids runtime.IDMap) (int, er
 	if from.Size != uids.Size || from.Size != gids.Size {
 		return -1, fmt.Errorf("idmap %+v onto %+v/%+v: sizes differ: %w", from, uids, gids, errdefs.ErrInvalidArgument)
 	}
+	e, made := c.entry(runner, from, uids, gids)
+	<-e.done
+	if made && e.err == nil && uids == gids {
+		for i := uint32(1); i <= 2; i++ {
+			next := runtime.IDMap{HostID: uids.HostID + i*uids.Size, Size: uids.Size}
+			if next.HostID > uids.HostID {
+				go c.entry(runner, from, next, next)
+			}
+		}
+	}
+	return e.fd, e.err
+}
+
+// entry returns the cache entry of the key, starting to make it (made
+// true) unless it exists. A failed entry is dropped so a later get tries
+// again.
+func (c *idmapCache) entry(runner string, from, uids, gids runtime.IDMap) (_ *idmapEntry, made bool) {
 	key := [3]runtime.IDMap{from, uids, gids}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if fd, ok := c.fds[key]; ok {
-		return fd, nil
+	if e, ok := c.entries[key]; ok {
+		c.mu.Unlock()
+		return e, false
 	}
-	fd, err := c.make(runner, from, uids, gids)
-	if err != nil {
-		return -1, err
+	if c.entries == nil {
+		c.entries = map[[3]runtime.IDMap]*idmapEntry{}
 	}
-	if c.fds == nil {
-		c.fds = map[[3]runtime.IDMap]int{}
+	e := &idmapEntry{done: make(chan struct{}), fd: -1}
+	c.entries[key] = e
+	c.mu.Unlock()
+	e.fd, e.err = c.make(runner, from, uids, gids)
+	if e.err != nil {
+		c.mu.Lock()
+		delete(c.entries, key)
+		c.mu.Unlock()
 	}
-	c.fds[key] = fd
-	return fd, nil
+	close(e.done)
+	return e, true
 }
 
 // make starts "agentbox guest hold" in a new user namespace with the maps,
@@ -347,12 +379,19 @@ func (c *idmapCache) make(runner string, from, uids, gids runtime.IDMap) (int, e
 	return fd, nil
 }
 
-// close closes every namespace descriptor; the cache stays usable.
+// close closes every namespace descriptor made so far; the cache stays
+// usable.
 func (c *idmapCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, fd := range c.fds {
-		_ = unix.Close(fd)
-		delete(c.fds, k)
+	for k, e := range c.entries {
+		select {
+		case <-e.done:
+			if e.fd >= 0 {
+				_ = unix.Close(e.fd)
+			}
+			delete(c.entries, k)
+		default: // being made; its descriptor stays open
+		}
 	}
 }
