@@ -13,6 +13,11 @@ import (
 // guests' forker (package forker): cmd/agentbox's "agentbox guest fork".
 var ForkerArgs = []string{"guest", "fork"}
 
+// HoldArgs are the arguments that make a runner binary wait until its
+// stdin closes (cmd/agentbox's "agentbox guest hold"): it holds the user
+// namespace of an idmapped mount while the backend opens it (mounts.go).
+var HoldArgs = []string{"guest", "hold"}
+
 // guestForker starts guests through a forker helper (see package forker):
 // path run with ForkerArgs, started on first use and again after it died.
 // A nil *guestForker starts them from this process. Safe for concurrent

@@ -344,7 +344,7 @@ func (c *idmapCache) make(runner string, from, uids, gids runtime.IDMap) (int, e
 	defer devnull.Close()
 	req := forker.Request{
 		Path:        runner,
-		Args:        []string{"agentbox", "guest", "hold"},
+		Args:        append([]string{"agentbox"}, HoldArgs...),
 		Env:         []string{guestPath, guestProcs},
 		Dir:         "/",
 		Cloneflags:  unix.CLONE_NEWUSER,

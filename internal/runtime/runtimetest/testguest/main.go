@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +25,11 @@ func main() {
 	// As the backend's forker when run as one (native.ForkerArgs).
 	if len(os.Args) == 3 && os.Args[1] == "guest" && os.Args[2] == "fork" {
 		forker.Main()
+	}
+	// As the holder of an idmap's user namespace (native.HoldArgs).
+	if len(os.Args) == 3 && os.Args[1] == "guest" && os.Args[2] == "hold" {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
 	}
 	nsinit.Main(serve)
 }
