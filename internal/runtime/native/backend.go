@@ -6,10 +6,14 @@
 // The host side (this package) creates the cgroup and the guest's listening
 // socket, starts the runner copy of the agentbox binary as "agentbox guest
 // init" in fresh namespaces (through a forker helper, package forker, when
-// Config.Forker names one) and waits for it to report that setup is done.
-// Everything inside the namespaces is done by package nsinit, running as the
-// guest's PID 1; no mount is ever made in the host's mount namespace, so
-// nothing of a sandbox's filesystem outlives its processes.
+// Config.Forker names one), builds the sandbox's root filesystem and runner
+// bind as detached mounts (mounts.go: idmapped onto the sandbox's own host
+// id range when it differs from the layers'), hands them to the guest and
+// waits for it to report that setup is done. Everything inside the
+// namespaces is done by package nsinit, running as the guest's PID 1; the
+// guest never resolves a host path, and no mount is ever attached to the
+// host's mount namespace, so nothing of a sandbox's filesystem outlives its
+// processes.
 package native
 
 import (
