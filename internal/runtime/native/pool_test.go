@@ -310,3 +310,108 @@ func TestPoolMatchesKeep(t *testing.T) {
 		}
 	}
 }
+
+// testRanges is a tiny allocator of ranges above TestIDMap (the layers').
+type testRanges struct {
+	mu   chan struct{}
+	used map[runtime.IDMap]bool
+}
+
+func newTestRanges() *testRanges {
+	return &testRanges{mu: make(chan struct{}, 1), used: map[runtime.IDMap]bool{}}
+}
+
+func (r *testRanges) Alloc() (runtime.IDMap, error) {
+	r.mu <- struct{}{}
+	defer func() { <-r.mu }()
+	for i := uint32(1); i < 64; i++ {
+		m := runtime.IDMap{HostID: runtimetest.TestIDMap.HostID + i*65536, Size: 65536}
+		if !r.used[m] {
+			r.used[m] = true
+			return m, nil
+		}
+	}
+	return runtime.IDMap{}, errors.New("exhausted")
+}
+
+func (r *testRanges) Release(m runtime.IDMap) {
+	r.mu <- struct{}{}
+	defer func() { <-r.mu }()
+	delete(r.used, m)
+}
+
+func (r *testRanges) inUse() int {
+	r.mu <- struct{}{}
+	defer func() { <-r.mu }()
+	return len(r.used)
+}
+
+// TestPrespawnRangesOfTheirOwn: with Prespawn.IDs every zygote runs in a
+// range of its own; ClaimIDRange hands one's range to the caller and the
+// Create with that range uses that very zygote (idmapped onto the layers'
+// range); a zygote discarded unused frees its range, a claimed one does
+// not (the claimer owns it).
+func TestPrespawnRangesOfTheirOwn(t *testing.T) {
+	f := fixture(t)
+	ranges := newTestRanges()
+	dir := runtimetest.TempDir(t)
+	b, err := New(Config{
+		CgroupParent: testCgroupParent,
+		Logger:       testLogger(),
+		Prespawn: &Prespawn{
+			Size:      1,
+			RunnerDir: f.RunnerDir,
+			IDs:       ranges,
+			LayerIDs:  runtimetest.TestIDMap,
+			SocketDir: filepath.Join(dir, "sock"),
+			LogDir:    filepath.Join(dir, "log"),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.pool == nil {
+		// Pure cgroup v2 keeps no zygotes: nothing to claim, and no range
+		// is taken.
+		defer b.Close()
+		if _, ok := b.ClaimIDRange(); ok || b.mode != "v2" || ranges.inUse() != 0 {
+			t.Fatalf("no pool on a %s host, claim %v, %d ranges in use", b.mode, ok, ranges.inUse())
+		}
+		return
+	}
+	pid := waitZygote(t, b)
+	r, ok := b.ClaimIDRange()
+	if !ok || r.HostID == runtimetest.TestIDMap.HostID || r.Size != 65536 {
+		t.Fatalf("ClaimIDRange = %+v, %v", r, ok)
+	}
+	spec := runtimetest.NewSpec(t, "claimed", f.Layer, f.RunnerDir)
+	spec.LayerIDs, spec.UIDMap, spec.GIDMap = runtimetest.TestIDMap, r, r
+	ctx := context.Background()
+	sb, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st state
+	if err := json.Unmarshal(sb.State(), &st); err != nil || st.Pid != pid {
+		t.Fatalf("the claimed zygote (pid %d) was not used: state %s", pid, sb.State())
+	}
+	out, _ := runtimetest.MustExec(t, sb.SocketPath(), "cat /proc/self/uid_map; stat -c %u /bin/busybox")
+	if f := strings.Fields(out); len(f) != 4 || f[1] != strconv.FormatUint(uint64(r.HostID), 10) || f[3] != "0" {
+		t.Fatalf("inside the claimed sandbox: %q", out)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The refill is in a range of its own, which close frees; the claimed
+	// range stays the claimer's.
+	waitZygote(t, b)
+	if n := ranges.inUse(); n != 2 {
+		t.Fatalf("%d ranges in use with one claimed and one zygote waiting, want 2", n)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := ranges.inUse(); n != 1 {
+		t.Fatalf("%d ranges in use after close, want 1 (the claimed one)", n)
+	}
+}
