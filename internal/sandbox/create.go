@@ -225,6 +225,14 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 			}
 		}
 	}()
+	// First, so undone last: after the guest and the sandbox dir are gone.
+	release, err := m.assignIDs(&rec)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	if release != nil {
+		undo = append(undo, release)
+	}
 	if fresh {
 		remove, err := m.makeSandboxDir(ctx, rec)
 		if err != nil {
@@ -234,14 +242,6 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 	}
 	if err := os.MkdirAll(p.state, 0o700); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: creating state dir: %w", id, err)
-	}
-	// (Undone before the sandbox dir is removed: undo runs last first.)
-	release, err := m.assignIDs(&rec)
-	if err != nil {
-		return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
-	}
-	if release != nil {
-		undo = append(undo, release)
 	}
 	spec := m.runtimeSpec(rec)
 	rt, err := m.backend.Create(ctx, spec)
