@@ -75,6 +75,7 @@ func selfcheck() (runner.Report, error) {
 		Version:             version.Version,
 		Build:               build,
 		Protocol:            proto.Version,
+		Setup:               nsinit.SetupVersion,
 		Static:              true,
 		SeccompInstructions: len(insts),
 	}, nil

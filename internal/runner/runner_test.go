@@ -198,12 +198,15 @@ func TestStageLimits(t *testing.T) {
 }
 
 func TestParseReport(t *testing.T) {
-	good := `{"version":"1.0","build":"abc","protocol":1,"static":true,"seccomp_instructions":3}`
+	good := `{"version":"1.0","build":"abc","protocol":1,"setup":2,"static":true,"seccomp_instructions":3}`
 	if _, err := parseReport([]byte(good + "\n")); err != nil {
 		t.Fatalf("good report: %v", err)
 	}
 	for _, bad := range []string{
 		"", "null", "[]", good + good,
+		// A runner from before the setup protocol (it mounts host paths
+		// itself): this daemon could not start it.
+		`{"version":"1.0","build":"abc","protocol":1,"static":true,"seccomp_instructions":3}`,
 		`{"version":"","build":"abc","protocol":1,"static":true,"seccomp_instructions":3}`,
 		`{"version":"a b","build":"abc","protocol":1,"static":true,"seccomp_instructions":3}`,
 		`{"version":"1\u0000","build":"abc","protocol":1,"static":true,"seccomp_instructions":3}`,

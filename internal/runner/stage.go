@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 )
 
 // Report is what `agentbox guest selfcheck` prints on stdout, as one JSON
@@ -31,8 +32,11 @@ type Report struct {
 	// Build is the binary's own build identity (see Build).
 	Build string `json:"build"`
 	// Protocol is the host<->guest protocol version it speaks.
-	Protocol int  `json:"protocol"`
-	Static   bool `json:"static"`
+	Protocol int `json:"protocol"`
+	// Setup is the version of the guest's setup protocol
+	// (nsinit.SetupVersion); absent in runners that predate it.
+	Setup  int  `json:"setup,omitempty"`
+	Static bool `json:"static"`
 	// SeccompInstructions is the length of its assembled seccomp program.
 	SeccompInstructions int `json:"seccomp_instructions"`
 }
@@ -287,6 +291,8 @@ func parseReport(out []byte) (Report, error) {
 		return Report{}, bad("an invalid build")
 	case rep.Protocol != proto.Version:
 		return Report{}, fmt.Errorf("the runner speaks guest protocol %d, this daemon %d: %w", rep.Protocol, proto.Version, errdefs.ErrInvalidArgument)
+	case rep.Setup != nsinit.SetupVersion:
+		return Report{}, fmt.Errorf("the runner speaks guest setup protocol %d, this daemon %d (it cannot start it): %w", rep.Setup, nsinit.SetupVersion, errdefs.ErrInvalidArgument)
 	case !rep.Static:
 		return Report{}, bad("that it is not statically linked")
 	case rep.SeccompInstructions <= 0:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 	"github.com/agentbox/agentbox/internal/runner"
 )
 
@@ -21,7 +22,7 @@ func main() {
 		os.Exit(2)
 	}
 	build, _ := runner.Build("/proc/self/exe")
-	rep := runner.Report{Version: "1.2.3", Build: build, Protocol: proto.Version, Static: true, SeccompInstructions: 1}
+	rep := runner.Report{Version: "1.2.3", Build: build, Protocol: proto.Version, Setup: nsinit.SetupVersion, Static: true, SeccompInstructions: 1}
 	switch mode {
 	case "fail":
 		fmt.Fprintln(os.Stderr, "broken on purpose")

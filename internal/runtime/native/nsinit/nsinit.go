@@ -36,6 +36,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// SetupVersion is the version of this host<->guest setup protocol, which a
+// runner's self-check reports (runner.Report.Setup): 2 is the config
+// socket with the mount descriptors; 1 (unreported) had the guest mount
+// host paths itself. A daemon starts only guests of its own version.
+const SetupVersion = 2
+
 // File descriptors the host passes to the guest.
 const (
 	ListenerFD = 3
