@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -265,5 +266,69 @@ func TestAdversarialHostUserInspectIDRange(t *testing.T) {
 	}
 	if want := fmt.Sprintf(`"host_id": %d`, ra.HostID); !strings.Contains(string(out), `"id_range"`) || !strings.Contains(string(out), want) {
 		t.Errorf("agentbox inspect %s does not show the id range start %s:\n%s", a.ID(), want, out)
+	}
+}
+
+// TestAdversarialHostUserRangesSurviveRestart: a restarted daemon keeps a
+// running sandbox's range and never hands it out again (to a new sandbox
+// or a prespawned guest) while that sandbox lives.
+func TestAdversarialHostUserRangesSurviveRestart(t *testing.T) {
+	d := newDaemon(t)
+	a := d.create(t, agentbox.SandboxSpec{})
+	before := d.inspectRange(t, a.ID())
+	// More sandboxes to recover: a restarted daemon that let prespawned
+	// guests take ranges before recovery would lose the race for some.
+	others := map[string]idRange{}
+	for range 6 {
+		o := d.create(t, agentbox.SandboxSpec{})
+		others[o.ID()] = d.inspectRange(t, o.ID())
+	}
+	d.restart(syscall.SIGTERM)
+	for id, r := range others {
+		if after := d.inspectRange(t, id); after != r {
+			t.Fatalf("%s's range changed over a restart: %+v -> %+v", id, r, after)
+		}
+	}
+	if after := d.inspectRange(t, a.ID()); after != before {
+		t.Fatalf("A's range changed over a restart: %+v -> %+v", before, after)
+	}
+	// Give the new daemon's prespawned guests time to start: a create
+	// then takes one, with the range it was started in.
+	time.Sleep(time.Second)
+	// Concurrent creates take every waiting guest at once.
+	sbs := make([]*agentbox.Sandbox, 4)
+	var wg sync.WaitGroup
+	for i := range sbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sbs[i] = d.create(t, agentbox.SandboxSpec{})
+		}()
+	}
+	wg.Wait()
+	for _, b := range sbs {
+		if b == nil {
+			t.FailNow()
+		}
+		rb := d.inspectRange(t, b.ID())
+		others[a.ID()] = before
+		for id, r := range others {
+			if rb.HostID < r.HostID+r.Size && r.HostID < rb.HostID+rb.Size {
+				t.Fatalf("after a restart, new sandbox %s got %+v, overlapping running %s's %+v", b.ID(), rb, id, r)
+			}
+		}
+		if got := hostUID(t, d, b); got != int(rb.HostID) {
+			t.Fatalf("sandbox %s runs as host uid %d, its range starts at %d", b.ID(), got, rb.HostID)
+		}
+	}
+	if got := hostUID(t, d, a); got != int(before.HostID) {
+		t.Fatalf("A runs as host uid %d after the restart, its range starts at %d", got, before.HostID)
+	}
+	// Nothing (a prespawned guest started before recovery) took A's range
+	// before the restarted daemon re-adopted it.
+	if log, err := os.ReadFile(d.logPath); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(string(log), "recovered sandbox's id range") {
+		t.Fatalf("the restarted daemon found a recovered sandbox's range already taken:\n%s", tail(string(log), 2000))
 	}
 }

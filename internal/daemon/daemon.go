@@ -244,6 +244,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			_ = mgr.CloseDisks()
 		}
 	}()
+	// Only now, with every recovered sandbox's id range taken, may
+	// prespawned guests take ranges.
+	backend.FillPool()
 	collectAtStart(ctx, mgr, log)
 	if err := mgr.SetPools(ctx, cfg.WarmPools); err != nil {
 		return nil, err

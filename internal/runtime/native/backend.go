@@ -182,6 +182,16 @@ func (b *Backend) Close() error {
 	return err
 }
 
+// FillPool starts keeping Prespawn.Size zygotes ready. With Prespawn.IDs
+// the pool waits for it: call it once every range a recovered sandbox
+// runs in is marked in use in the allocator. Idempotent; a no-op without
+// a pool.
+func (b *Backend) FillPool() {
+	if b.pool != nil {
+		go b.pool.fill()
+	}
+}
+
 // ClaimIDRange implements runtime.IDRangeClaimer: with Prespawn.IDs, a
 // waiting zygote is reserved for the caller's next Create with the
 // returned range.

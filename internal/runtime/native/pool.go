@@ -37,8 +37,10 @@ type Prespawn struct {
 	// IDs, when set, gives every zygote a host id range of its own,
 	// allocated when it is started and freed when it is discarded unused;
 	// Backend.ClaimIDRange hands one's range (and ownership of it) to the
-	// caller, whose Create with that range then uses it. Without IDs all
-	// zygotes share UIDMap/GIDMap and serve specs with those maps.
+	// caller, whose Create with that range then uses it. No zygote is
+	// started before Backend.FillPool (call it once the ranges of
+	// recovered sandboxes are marked in use). Without IDs all zygotes
+	// share UIDMap/GIDMap and serve specs with those maps.
 	IDs            IDAllocator
 	UIDMap, GIDMap runtime.IDMap
 	// LayerIDs, with IDs, is the range the specs' layers are owned by on
@@ -157,7 +159,11 @@ func newZygotePool(cfg Prespawn, mode, cgroupParent string, forker *guestForker,
 	// (Their cgroups are removed by the backend before the pool starts:
 	// Backend.removeZygoteCgroups.)
 	p := &zygotePool{cfg: cfg, log: log, cgroupParent: cgroupParent, forker: forker, keepEnv: keepEnv, idmaps: idmaps}
-	go p.fill()
+	if cfg.IDs == nil {
+		go p.fill()
+	}
+	// With IDs the first fill waits for Backend.FillPool: a zygote must
+	// not take a range a recovered sandbox still runs in.
 	return p, nil
 }
 

@@ -379,6 +379,11 @@ func TestPrespawnRangesOfTheirOwn(t *testing.T) {
 		}
 		return
 	}
+	time.Sleep(50 * time.Millisecond)
+	if n := ranges.inUse(); n != 0 {
+		t.Fatalf("%d ranges taken before FillPool", n)
+	}
+	b.FillPool()
 	pid := waitZygote(t, b)
 	r, ok := b.ClaimIDRange()
 	if !ok || r.HostID == runtimetest.TestIDMap.HostID || r.Size != 65536 {
