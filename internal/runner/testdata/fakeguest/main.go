@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/guest/proto"
-	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 	"github.com/agentbox/agentbox/internal/runner"
+	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 )
 
 var mode = "ok"
