@@ -54,7 +54,7 @@ func sharedLayer(t testing.TB) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		os.Chmod(d, 0o755)
+		os.Chmod(d, 0o700) // host root only, as under a data dir
 		layerDir = d
 	})
 	layer := filepath.Join(layerDir, "busybox")

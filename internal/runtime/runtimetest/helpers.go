@@ -71,14 +71,15 @@ func RemoveBuildCache() {
 	}
 }
 
-// TempDir returns a fresh t.TempDir that the sandbox's mapped root can
-// traverse (its parents are made 0711), as the guest opens layer, upper and
-// runner paths from inside its user namespace.
+// TempDir returns a fresh t.TempDir with its parents made 0700: layers,
+// upper, work and runner dirs in it are reachable by host root only, as
+// under a daemon's data dir, so a backend whose guest resolved a host path
+// fails the suite.
 func TempDir(t testing.TB) string {
 	t.Helper()
 	d := t.TempDir()
 	for p := d; p != os.TempDir() && p != "/" && p != "."; p = filepath.Dir(p) {
-		if err := os.Chmod(p, 0o711); err != nil {
+		if err := os.Chmod(p, 0o700); err != nil {
 			t.Fatal(err)
 		}
 		if filepath.Dir(p) == os.TempDir() {
