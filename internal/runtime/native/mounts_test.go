@@ -64,3 +64,46 @@ func TestIDMappedRootfs(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkIDMapNamespace is the cost of making one range's idmap user
+// namespace (a helper's start), paid once per range per daemon.
+func BenchmarkIDMapNamespace(b *testing.B) {
+	f := runtimetest.Fixture{RunnerDir: runtimetest.RunnerDir(b)}
+	c := &idmapCache{}
+	runner := filepath.Join(f.RunnerDir, "agentbox")
+	for i := 0; b.Loop(); i++ {
+		r := runtime.IDMap{HostID: runtimetest.TestIDMap.HostID + uint32(1+i%1000)*65536, Size: 65536}
+		fd, err := c.make(runner, runtimetest.TestIDMap, r, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = syscall.Close(fd)
+	}
+}
+
+// BenchmarkBuildMounts is the host side of a create's filesystem: the
+// overlay (idmapped, its namespace cached) and the runner bind.
+func BenchmarkBuildMounts(b *testing.B) {
+	layer := sharedLayer(b)
+	runnerDir := runtimetest.RunnerDir(b)
+	bk := newBackendTB(b)
+	defer bk.Close()
+	spec := runtimetest.NewSpec(b, "bench", layer, runnerDir)
+	own := runtime.IDMap{HostID: runtimetest.TestIDMap.HostID + 9*65536, Size: 65536}
+	for _, ids := range []runtime.IDMap{runtimetest.TestIDMap, own} {
+		name := "shared-range"
+		if ids != runtimetest.TestIDMap {
+			name = "own-range"
+		}
+		spec.LayerIDs, spec.UIDMap, spec.GIDMap = runtimetest.TestIDMap, ids, ids
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				m, err := bk.buildMounts(spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m.close()
+			}
+		})
+	}
+}
