@@ -356,11 +356,18 @@ func (c *idmapCache) make(runner string, from, uids, gids runtime.IDMap) (int, e
 		wait func()
 	)
 	if c.forker != nil {
+		// Stopped right after its exec (no Go runtime start, which was
+		// most of its cost); killed once its namespace is open. Were it
+		// ever let go, it waits for its stdin to close.
+		req.Ptrace = true
 		var pidfd int
 		if pid, pidfd, err = c.forker.spawn(req, []int{int(r.Fd()), int(devnull.Fd()), int(devnull.Fd())}); err != nil {
 			return -1, fmt.Errorf("idmap helper: %w", err)
 		}
-		wait = func() { _ = unix.Close(pidfd) } // the forker reaps it
+		wait = func() { // the forker reaps it
+			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+			_ = unix.Close(pidfd)
+		}
 	} else {
 		pa := &os.ProcAttr{Dir: "/", Env: req.Env, Files: []*os.File{r, devnull, devnull}, Sys: req.SysProcAttr(-1)}
 		p, err := os.StartProcess(req.Path, req.Args, pa)

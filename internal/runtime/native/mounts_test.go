@@ -68,16 +68,23 @@ func TestIDMappedRootfs(t *testing.T) {
 // BenchmarkIDMapNamespace is the cost of making one range's idmap user
 // namespace (a helper's start), paid once per range per daemon.
 func BenchmarkIDMapNamespace(b *testing.B) {
-	f := runtimetest.Fixture{RunnerDir: runtimetest.RunnerDir(b)}
-	c := &idmapCache{}
-	runner := filepath.Join(f.RunnerDir, "agentbox")
-	for i := 0; b.Loop(); i++ {
-		r := runtime.IDMap{HostID: runtimetest.TestIDMap.HostID + uint32(1+i%1000)*65536, Size: 65536}
-		fd, err := c.make(runner, runtimetest.TestIDMap, r, r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = syscall.Close(fd)
+	runner := filepath.Join(runtimetest.RunnerDir(b), "agentbox")
+	for _, name := range []string{"in-process", "forker"} {
+		b.Run(name, func(b *testing.B) {
+			c := &idmapCache{}
+			if name == "forker" {
+				c.forker = newGuestForker(runner, testLogger())
+				defer c.forker.close()
+			}
+			for i := 0; b.Loop(); i++ {
+				r := runtime.IDMap{HostID: runtimetest.TestIDMap.HostID + uint32(1+i%1000)*65536, Size: 65536}
+				fd, err := c.make(runner, runtimetest.TestIDMap, r, r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = syscall.Close(fd)
+			}
+		})
 	}
 }
 

@@ -48,6 +48,11 @@ type Request struct {
 	Setsid                     bool                   `json:"setsid,omitempty"`
 	Credential                 *syscall.Credential    `json:"credential,omitempty"`
 	CgroupFD                   bool                   `json:"cgroup_fd,omitempty"`
+	// Ptrace makes the child stop (SIGTRAP, traced by the helper) right
+	// after its execve, before any of the program runs: a child that only
+	// has to hold its namespaces until the caller kills it starts for the
+	// price of the exec alone.
+	Ptrace bool `json:"ptrace,omitempty"`
 }
 
 // SysProcAttr is r's process attributes; with r.CgroupFD the process is
@@ -62,6 +67,7 @@ func (r Request) SysProcAttr(cgroupFD int) *syscall.SysProcAttr {
 		Credential:                 r.Credential,
 		UseCgroupFD:                r.CgroupFD,
 		CgroupFD:                   cgroupFD,
+		Ptrace:                     r.Ptrace,
 	}
 }
 
