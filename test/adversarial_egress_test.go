@@ -14,9 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,25 +86,6 @@ func main() {
 	}
 }
 `
-
-func buildRawget(t *testing.T, dir string) []byte {
-	t.Helper()
-	src := filepath.Join(dir, "rawget.go")
-	if err := os.WriteFile(src, []byte(rawgetSrc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "rawget")
-	cmd := exec.Command("go", "build", "-o", out, src)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building rawget: %v\n%s", err, b)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // rawResult is rawget's output, parsed.
 type rawResult struct {
@@ -473,7 +451,7 @@ func credentialDaemon(t *testing.T, pathPrefix string) (*agentbox.Sandbox, *path
 	startUpstreams(t, dir)
 	seen := &pathLog{}
 	tlsPort, httpPort := hostileUpstreams(t, dir, hostileHandler(t, seen))
-	raw := buildRawget(t, dir)
+	raw := buildStatic(t, dir, "rawget", rawgetSrc)
 	d := newDaemon(t)
 	if code, body := d.rawRequest(t, "PUT", "/v1/secrets/gh", []byte(egressSecret)); code != 200 {
 		t.Fatalf("storing secret: %d %s", code, body)

@@ -230,7 +230,7 @@ func TestEgressIsolationFromInside(t *testing.T) {
 func TestSecretsNotInCheckpointsOrHostFiles(t *testing.T) {
 	dir := t.TempDir()
 	up := startUpstreams(t, dir)
-	bin := buildHTTPSGet(t, dir)
+	bin := buildStatic(t, dir, "httpsget", httpsgetSrc)
 	d := newDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

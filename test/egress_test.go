@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -136,29 +135,10 @@ func startUpstreams(t *testing.T, dir string) *upstream {
 	return u
 }
 
-func buildHTTPSGet(t *testing.T, dir string) []byte {
-	t.Helper()
-	src := filepath.Join(dir, "httpsget.go")
-	if err := os.WriteFile(src, []byte(httpsgetSrc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "httpsget")
-	cmd := exec.Command("go", "build", "-o", out, src)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building httpsget: %v\n%s", err, b)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func TestEgressFromInsideSandbox(t *testing.T) {
 	dir := t.TempDir()
 	up := startUpstreams(t, dir)
-	bin := buildHTTPSGet(t, dir)
+	bin := buildStatic(t, dir, "httpsget", httpsgetSrc)
 	d := newDaemon(t)
 	if code, body := d.rawRequest(t, "PUT", "/v1/secrets/gh", []byte(egressSecret)); code != 200 {
 		t.Fatalf("storing secret: %d %s", code, body)
