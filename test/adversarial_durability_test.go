@@ -158,17 +158,17 @@ func TestAdversarialDurabilityRunLostWithItsSandbox(t *testing.T) {
 	}
 	id := runs[0].ID
 	d.stop(syscall.SIGKILL)
-	sbDir := filepath.Join(d.dataDir, "sandboxes", sb.ID())
-	pids := processesUsing(sbDir)
+	// The sandbox's processes, guest included, are those in its cgroup.
+	pids := sandboxPids(t, sb.ID())
 	if len(pids) == 0 {
-		t.Fatalf("no process uses %s", sbDir)
+		t.Fatalf("no process in sandbox %s's cgroup", sb.ID())
 	}
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(processesUsing(sbDir)) > 0; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); len(sandboxPids(t, sb.ID())) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the sandbox's processes outlive SIGKILL: %v", processesUsing(sbDir))
+			t.Fatalf("the sandbox's processes outlive SIGKILL: %v", sandboxPids(t, sb.ID()))
 		}
 	}
 	d.start()

@@ -170,6 +170,15 @@ func newDaemonWrapped(t testing.TB, wrap []string, args ...string) *daemon {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
+		// Nor does the host keep a mount under its data dir (the
+		// sandboxes dir's nosuid,nodev bind, a sandbox's disk): those
+		// are left only by a daemon that did not clean up after itself.
+		if mps := hostMountsUnder(d.dataDir); len(mps) > 0 {
+			t.Errorf("host mounts left under %s after all sandboxes were deleted and the daemon stopped: %v", d.dataDir, mps)
+			for i := len(mps) - 1; i >= 0; i-- {
+				_ = syscall.Unmount(mps[i], syscall.MNT_DETACH)
+			}
+		}
 		// Nor is any cgroup left under its parent (its sandboxes' and
 		// prespawned guests'); the parent itself, empty, goes too.
 		left := d.cgroupsLeft()
@@ -193,13 +202,22 @@ func newDaemonWrapped(t testing.TB, wrap []string, args ...string) *daemon {
 }
 
 // processesUsing returns the pids whose mount table references path (a
-// sandbox guest's overlay names its data dir), on the whole host.
+// sandbox guest's runner mount names its data dir), on the whole host,
+// leaving out the processes that share this test's (the host's) mount
+// namespace: a mount the daemon made on the host under path shows in
+// every host process's table, and those processes are not sandboxes'
+// (killing them would kill the test and its neighbours).
+// hostMountsUnder answers for such mounts.
 func processesUsing(path string) []int {
+	self, _ := os.Readlink("/proc/self/ns/mnt")
 	entries, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
+			continue
+		}
+		if ns, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "mnt")); err != nil || ns == self {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "mountinfo"))
