@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -169,6 +170,9 @@ func setAttrs(fd int, path string, userns int, attrs uint64) error {
 // layers are passed by path; with one, each layer, and the directory
 // holding upper and work, is an idmapped clone passed by descriptor.
 func overlayMount(spec runtime.Spec, userns int) (int, error) {
+	if !overlayTakesFds() {
+		return overlayMountStaged(spec, userns)
+	}
 	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return -1, &mountError{op: "fsopen", path: "overlay", err: err}
@@ -401,4 +405,131 @@ func (c *idmapCache) close() {
 		default: // being made; its descriptor stays open
 		}
 	}
+}
+
+// forceStagedOverlay makes overlayMount stage its layers even where the
+// kernel takes them by descriptor (tests of the older kernels' path).
+var forceStagedOverlay bool
+
+var (
+	overlayFdsOnce sync.Once
+	overlayFds     bool
+)
+
+// overlayTakesFds reports whether the kernel's overlayfs takes its layers
+// one by one through fsconfig ("lowerdir+", and layers by descriptor:
+// Linux 6.8). Older kernels (Debian 12's 6.1) know only "lowerdir", a
+// string fsconfig bounds to 256 bytes, and resolve layers only in the
+// mounter's own mount namespace.
+func overlayTakesFds() bool {
+	if forceStagedOverlay {
+		return false
+	}
+	overlayFdsOnce.Do(func() {
+		fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+		if err != nil {
+			return
+		}
+		defer unix.Close(fsfd)
+		overlayFds = unix.FsconfigSetString(fsfd, "lowerdir+", "/") == nil
+	})
+	return overlayFds
+}
+
+// overlayMountStaged is overlayMount for kernels whose overlayfs takes no
+// layer by descriptor: on this (locked, discarded) thread, in a private
+// mount namespace of its own that nothing propagates into or out of, the
+// idmapped clones of the layers and of the upper/work directory are
+// attached under a tmpfs at spec.StateDir, the overlay is mounted there
+// with mount(2) (options up to a page, short staged paths), and a
+// detached clone of it is returned. The staged mounts die with the
+// thread's namespace; the overlay keeps private clones of its layers.
+func overlayMountStaged(spec runtime.Spec, userns int) (int, error) {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return -1, &mountError{op: "unshare", path: "mount namespace", err: err}
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return -1, &mountError{op: "make private", path: "/", err: err}
+	}
+	stage := spec.StateDir
+	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0777,size=64k"); err != nil {
+		return -1, &mountError{op: "mount tmpfs", path: stage, err: err}
+	}
+	attach := func(fd int, name string) (string, error) {
+		dst := filepath.Join(stage, name)
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return "", &mountError{op: "mkdir", path: dst, err: err}
+		}
+		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return "", &mountError{op: "move_mount", path: dst, err: err}
+		}
+		return dst, nil
+	}
+	lowers := make([]string, 0, len(spec.Layers))
+	upper, work := spec.UpperDir, spec.WorkDir
+	if userns < 0 {
+		lowers = append(lowers, spec.Layers...)
+	} else {
+		for i, l := range spec.Layers {
+			fd, err := cloneMount(l, userns, 0)
+			if err != nil {
+				return -1, err
+			}
+			dst, err := attach(fd, fmt.Sprintf("l%d", i))
+			unix.Close(fd)
+			if err != nil {
+				return -1, err
+			}
+			lowers = append(lowers, dst)
+		}
+		// Upper and work share one idmapped clone of their directory,
+		// which is owned by host root: the idmap does not map it, so no
+		// path through the clone's root resolves for the sandbox's root.
+		// Both are opened in the clone before the idmap is set, and named
+		// to mount(2) by their descriptors.
+		dir := filepath.Dir(spec.UpperDir)
+		if filepath.Dir(spec.WorkDir) != dir {
+			return -1, fmt.Errorf("upper %s and work %s must share a directory: %w", spec.UpperDir, spec.WorkDir, errdefs.ErrInvalidArgument)
+		}
+		dfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil {
+			return -1, &mountError{op: "open_tree", path: dir, err: err}
+		}
+		defer unix.Close(dfd)
+		var names [2]string
+		for i, p := range []string{spec.UpperDir, spec.WorkDir} {
+			fd, err := unix.Openat2(dfd, filepath.Base(p), &unix.OpenHow{
+				Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
+			})
+			if err != nil {
+				return -1, &mountError{op: "openat2", path: p, err: err}
+			}
+			defer unix.Close(fd)
+			names[i] = fmt.Sprintf("/proc/self/fd/%d", fd)
+		}
+		if err := setAttrs(dfd, dir, userns, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
+			return -1, err
+		}
+		if _, err := attach(dfd, "u"); err != nil {
+			return -1, err
+		}
+		upper, work = names[0], names[1]
+	}
+	target := filepath.Join(stage, "root")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		return -1, &mountError{op: "mkdir", path: target, err: err}
+	}
+	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + upper + ",workdir=" + work + ",userxattr"
+	if len(opts) >= os.Getpagesize() {
+		return -1, fmt.Errorf("overlay options of %d layers exceed a page: %w", len(lowers), errdefs.ErrInvalidArgument)
+	}
+	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+		return -1, &mountError{op: "mount overlay", path: spec.UpperDir, err: err}
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, target, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return -1, &mountError{op: "open_tree", path: target, err: err}
+	}
+	return fd, nil
 }

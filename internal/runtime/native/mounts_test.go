@@ -19,8 +19,13 @@ import (
 // mount on the host.
 func TestIDMappedRootfs(t *testing.T) {
 	f := fixture(t)
-	for _, name := range []string{"cold", "forker"} {
+	for _, name := range []string{"cold", "forker", "staged"} {
 		t.Run(name, func(t *testing.T) {
+			if name == "staged" {
+				// The path of kernels before 6.8 (see overlayTakesFds).
+				forceStagedOverlay = true
+				t.Cleanup(func() { forceStagedOverlay = false })
+			}
 			b := newBackendTB(t)
 			if name == "forker" {
 				b.forker = newGuestForker(filepath.Join(f.RunnerDir, "agentbox"), b.log)

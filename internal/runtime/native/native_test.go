@@ -83,6 +83,17 @@ func TestConformance(t *testing.T) {
 	runtimetest.Run(t, fixture(t))
 }
 
+// TestConformanceStagedOverlay runs the suite with the root filesystem
+// built as on kernels before 6.8 (layers staged in a private mount
+// namespace and mounted with mount(2)), which this host's kernel would
+// otherwise not take; CI's VM kernel takes only that path.
+func TestConformanceStagedOverlay(t *testing.T) {
+	testutil.Short(t)
+	forceStagedOverlay = true
+	t.Cleanup(func() { forceStagedOverlay = false })
+	runtimetest.Run(t, fixture(t))
+}
+
 // TestConformanceForker runs the suite with guests started through a
 // forker helper (the test guest run with ForkerArgs), as the daemon does.
 func TestConformanceForker(t *testing.T) {
