@@ -102,7 +102,7 @@ ALLOWED_SKIPS=(
 MODULES=(crc32c_generic xfs loop overlay ext4 veth bridge)
 # Host binaries copied in with their shared libraries (busybox provides the
 # rest; these are the real tools the code and tests call).
-HOST_TOOLS=(mkfs.xfs xfs_quota xfs_io mkfs.ext4 mke2fs mount umount losetup)
+HOST_TOOLS=(mkfs.xfs xfs_quota xfs_io mkfs.ext4 mke2fs dumpe2fs mount umount losetup)
 
 # --- 1. Packages and the kernel ---------------------------------------------
 PACKAGES=(qemu-system-x86 xfsprogs busybox-static e2fsprogs cpio util-linux kmod)

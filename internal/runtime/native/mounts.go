@@ -426,12 +426,20 @@ func overlayTakesFds() bool {
 		return false
 	}
 	overlayFdsOnce.Do(func() {
+		// Asked with a descriptor, as overlayMount passes layers: before
+		// 6.5 overlayfs takes any key as a string and fails only at
+		// create; 6.5-6.7 refuse "lowerdir+"; 6.8 takes it.
 		fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 		if err != nil {
 			return
 		}
 		defer unix.Close(fsfd)
-		overlayFds = unix.FsconfigSetString(fsfd, "lowerdir+", "/") == nil
+		root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return
+		}
+		defer unix.Close(root)
+		overlayFds = unix.FsconfigSetFd(fsfd, "lowerdir+", root) == nil
 	})
 	return overlayFds
 }
