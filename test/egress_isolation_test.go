@@ -322,14 +322,8 @@ func TestSecretsNotInCheckpointsOrHostFiles(t *testing.T) {
 			if err != nil || !e.Type().IsRegular() {
 				return nil
 			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return nil
-			}
-			for k, n := range needles {
-				if bytes.Contains(b, n) {
-					found[k] = append(found[k], p)
-				}
+			for k := range fileHolds(p, needles) {
+				found[k] = append(found[k], p)
 			}
 			return nil
 		})
