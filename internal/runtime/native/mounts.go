@@ -223,26 +223,11 @@ func overlayMount(spec runtime.Spec, userns int) (int, error) {
 		if filepath.Dir(spec.WorkDir) != dir {
 			return -1, fmt.Errorf("upper %s and work %s must share a directory: %w", spec.UpperDir, spec.WorkDir, errdefs.ErrInvalidArgument)
 		}
-		dfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		dfd, fds, err := upperWorkClone(spec, dir, userns)
 		if err != nil {
-			return -1, &mountError{op: "open_tree", path: dir, err: err}
-		}
-		defer unix.Close(dfd)
-		var fds [2]int
-		for i, p := range []string{spec.UpperDir, spec.WorkDir} {
-			fd, err := unix.Openat2(dfd, filepath.Base(p), &unix.OpenHow{
-				Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
-				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
-			})
-			if err != nil {
-				return -1, &mountError{op: "openat2", path: p, err: err}
-			}
-			defer unix.Close(fd)
-			fds[i] = fd
-		}
-		if err := setAttrs(dfd, dir, userns, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
 			return -1, err
 		}
+		defer closeAll(dfd, fds[0], fds[1])
 		if err := setFd("upperdir", spec.UpperDir, fds[0]); err != nil {
 			return -1, err
 		}
@@ -499,30 +484,15 @@ func overlayMountStaged(spec runtime.Spec, userns int) (int, error) {
 		if filepath.Dir(spec.WorkDir) != dir {
 			return -1, fmt.Errorf("upper %s and work %s must share a directory: %w", spec.UpperDir, spec.WorkDir, errdefs.ErrInvalidArgument)
 		}
-		dfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		dfd, fds, err := upperWorkClone(spec, dir, userns)
 		if err != nil {
-			return -1, &mountError{op: "open_tree", path: dir, err: err}
-		}
-		defer unix.Close(dfd)
-		var names [2]string
-		for i, p := range []string{spec.UpperDir, spec.WorkDir} {
-			fd, err := unix.Openat2(dfd, filepath.Base(p), &unix.OpenHow{
-				Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
-				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
-			})
-			if err != nil {
-				return -1, &mountError{op: "openat2", path: p, err: err}
-			}
-			defer unix.Close(fd)
-			names[i] = fmt.Sprintf("/proc/self/fd/%d", fd)
-		}
-		if err := setAttrs(dfd, dir, userns, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
 			return -1, err
 		}
+		defer closeAll(dfd, fds[0], fds[1])
 		if _, err := attach(dfd, "u"); err != nil {
 			return -1, err
 		}
-		upper, work = names[0], names[1]
+		upper, work = fmt.Sprintf("/proc/self/fd/%d", fds[0]), fmt.Sprintf("/proc/self/fd/%d", fds[1])
 	}
 	target := filepath.Join(stage, "root")
 	if err := os.Mkdir(target, 0o700); err != nil {
@@ -540,4 +510,44 @@ func overlayMountStaged(spec runtime.Spec, userns int) (int, error) {
 		return -1, &mountError{op: "open_tree", path: target, err: err}
 	}
 	return fd, nil
+}
+
+// upperWorkClone returns a detached clone of dir (the directory holding
+// spec's upper and work dirs, which must be on one mount for overlayfs)
+// and O_PATH descriptors of upper and work inside it, opened before the
+// clone is idmapped through userns and made nosuid,nodev: dir is owned by
+// host root, which the idmap does not map, so no path through the
+// clone's root resolves for the sandbox's root afterwards. The caller
+// closes all three.
+func upperWorkClone(spec runtime.Spec, dir string, userns int) (int, [2]int, error) {
+	fds := [2]int{-1, -1}
+	dfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return -1, fds, &mountError{op: "open_tree", path: dir, err: err}
+	}
+	for i, p := range []string{spec.UpperDir, spec.WorkDir} {
+		fd, err := unix.Openat2(dfd, filepath.Base(p), &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
+		})
+		if err != nil {
+			closeAll(dfd, fds[0], fds[1])
+			return -1, [2]int{-1, -1}, &mountError{op: "openat2", path: p, err: err}
+		}
+		fds[i] = fd
+	}
+	if err := setAttrs(dfd, dir, userns, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
+		closeAll(dfd, fds[0], fds[1])
+		return -1, [2]int{-1, -1}, err
+	}
+	return dfd, fds, nil
+}
+
+// closeAll closes the descriptors that are not negative.
+func closeAll(fds ...int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			_ = unix.Close(fd)
+		}
+	}
 }

@@ -146,24 +146,8 @@ func keepOnly(keep []string) error {
 			return err
 		}
 	}
-	// The tmpfs becomes the root (pivot_root(".", ".") stacks the old
-	// root on it), and the host's copy goes.
-	if err := unix.Fchdir(rootFD); err != nil {
-		return &SyscallError{Op: "fchdir", Target: target, Err: err}
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return &SyscallError{Op: "pivot_root", Target: target, Err: err}
-	}
-	if err := unix.Mount("", ".", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-		return &SyscallError{Op: "mount", Target: "old root", Flags: unix.MS_SLAVE | unix.MS_REC, Err: err}
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return &SyscallError{Op: "umount2", Target: "old root", Flags: unix.MNT_DETACH, Err: err}
-	}
-	if err := unix.Chdir("/"); err != nil {
-		return &SyscallError{Op: "chdir", Target: "/", Err: err}
-	}
-	return nil
+	// The tmpfs becomes the root, and the host's copy goes.
+	return pivotRoot(rootFD)
 }
 
 // keepFromEnv returns the directories EnvKeep names (nil when unset) and
