@@ -302,14 +302,21 @@ func (p *process) signal(sig syscall.Signal) error {
 	if p.result != nil {
 		return fmt.Errorf("process %d has exited: %w", p.pid, errdefs.ErrConflict)
 	}
+	cgroupKilled := false
 	if sig == syscall.SIGKILL && p.cgroup != "" {
 		if err := p.cgs.kill(p.cgroup); err != nil {
 			return fmt.Errorf("signalling process %d: %w", p.pid, err)
 		}
+		cgroupKilled = true
 	}
 	err := unix.Kill(-p.pid, sig)
 	if err == unix.ESRCH {
 		err = unix.Kill(p.pid, sig)
+	}
+	// The cgroup's kill already reached the process: the reaper may have
+	// collected it before the group kill ran.
+	if err == unix.ESRCH && cgroupKilled {
+		err = nil
 	}
 	if err != nil {
 		return fmt.Errorf("signalling process %d: %w", p.pid, err)
