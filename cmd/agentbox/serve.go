@@ -62,6 +62,7 @@ daemon re-adopts them.`,
 	f.Float64Var(&cfg.TCPRequestRate, "tcp-rate", cfg.TCPRequestRate, "requests per second each tenant (and the admin keys) may make on TCP on average; over it: 429 with Retry-After (0: no limit)")
 	f.IntVar(&cfg.TCPRequestBurst, "tcp-burst", cfg.TCPRequestBurst, "requests a tenant may make on TCP at once, above --tcp-rate")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", cfg.DefaultTemplate, "template of sandboxes that name none")
+	f.StringVar(&cfg.Runtime, "runtime", cfg.Runtime, "isolation backend of sandboxes whose create names none (env "+config.EnvRuntime+")")
 	f.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", cfg.SecretsKeyFile, "master key of the secret store and run tokens, outside the data dir; created when missing (env "+config.EnvSecretsKeyFile+")")
 	f.StringVar(&cfg.ConnectorsFile, "connectors-file", cfg.ConnectorsFile, "JSON array of API bridge connectors [{name, url, secret, header, format}] (env "+config.EnvConnectorsFile+")")
 	f.StringSliceVar(&cfg.EgressPermit, "egress-permit", cfg.EgressPermit, "internal address range the egress proxy may dial, CIDR or ADDR with an optional :PORT or :* (repeatable; env "+config.EnvEgressPermit+", comma-separated); loopback, link-local, private, CGNAT, ULA and the host's own addresses are unreachable from sandboxes otherwise, whatever their rules say")

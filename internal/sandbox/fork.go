@@ -173,7 +173,7 @@ func (m *Manager) forkOne(ctx context.Context, id string, ck store.CheckpointRec
 			Labels:     cloneMap(req.Labels),
 			Resources:  ck.Resources,
 			Hostname:   id,
-			Backend:    m.backend.Capabilities().Name,
+			Backend:    m.backends.DefaultName(),
 			CreatedAt:  time.Now().UTC(),
 		},
 		Layers:     paths,

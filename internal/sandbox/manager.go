@@ -94,7 +94,7 @@ type IDRanges interface {
 type Manager struct {
 	cfg       Config
 	log       *slog.Logger
-	backend   runtime.Backend
+	backends  *runtime.Registry // the backend of each sandbox by name (backends.go)
 	templates *templates.Manager
 	store     store.Store
 	sec       secretState
@@ -129,10 +129,11 @@ type box struct {
 	pool string
 }
 
-// New returns a Manager. Call Recover once before serving requests.
-func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.Store) (*Manager, error) {
-	if cfg.DataDir == "" || cfg.RunDir == "" || cfg.RunnerDir == "" {
-		return nil, fmt.Errorf("sandbox manager: data, run and runner dirs are required: %w", errdefs.ErrInvalidArgument)
+// New returns a Manager running sandboxes on backends. Call Recover once
+// before serving requests.
+func New(cfg Config, backends *runtime.Registry, tmpl *templates.Manager, st store.Store) (*Manager, error) {
+	if cfg.DataDir == "" || cfg.RunDir == "" || cfg.RunnerDir == "" || backends == nil {
+		return nil, fmt.Errorf("sandbox manager: data, run and runner dirs and backends are required: %w", errdefs.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -159,19 +160,19 @@ func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.
 	return &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger,
-		backend:   backend,
+		backends:  backends,
 		templates: tmpl,
 		store:     st,
 		sandboxes: make(map[string]*box),
 	}, nil
 }
 
-// Backend returns the isolation backend's capabilities.
-func (m *Manager) Backend() runtime.Capabilities { return m.backend.Capabilities() }
+// Backend returns the default isolation backend's capabilities.
+func (m *Manager) Backend() runtime.Capabilities { return m.backends.Default().Capabilities() }
 
 // Info reports the daemon's version, backend and number of sandboxes.
 func (m *Manager) Info(ctx context.Context) (api.Info, error) {
-	caps := m.backend.Capabilities()
+	caps := m.backends.Default().Capabilities()
 	m.mu.Lock()
 	n := len(m.sandboxes)
 	m.mu.Unlock()
@@ -184,6 +185,7 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		CgroupMode:        caps.CgroupMode,
 		DataDir:           m.cfg.DataDir,
 		Sandboxes:         n,
+		Backends:          m.backendInfos(),
 		DiskQuota:         m.DiskQuotaMethod(),
 		DefaultDiskBytes:  m.cfg.DefaultResources.DiskBytes,
 		DefaultDiskInodes: m.cfg.DefaultResources.DiskInodes,

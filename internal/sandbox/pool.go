@@ -326,7 +326,8 @@ func claimable(req api.CreateSandboxRequest) bool {
 // claim hands out a pooled sandbox of req's template, when there is one;
 // ok is false when the create must make a sandbox itself.
 func (m *Manager) claim(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template) (api.Sandbox, bool) {
-	if !claimable(req) {
+	// Pooled sandboxes run on the default backend.
+	if !claimable(req) || req.Runtime != "" && req.Runtime != m.backends.DefaultName() {
 		return api.Sandbox{}, false
 	}
 	for {
@@ -363,12 +364,16 @@ func (m *Manager) claimBox(ctx context.Context, b *box, req api.CreateSandboxReq
 	defer b.life.Unlock()
 	b.mu.Lock()
 	state, deleted, rt, id, tid := b.rec.Sandbox.State, b.deleted, b.rt, b.rec.Sandbox.ID, b.rec.Sandbox.TemplateID
+	backend := m.backendName(b.rec)
 	b.mu.Unlock()
 	switch {
 	case deleted:
 		return api.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	case tid != tmpl.ID:
 		return api.Sandbox{}, fmt.Errorf("pooled from template %s, now %s: %w", tid, tmpl.ID, errdefs.ErrConflict)
+	case req.Runtime != "" && req.Runtime != backend:
+		// The daemon's default backend changed since it was pooled.
+		return api.Sandbox{}, fmt.Errorf("pooled on runtime %s, not %s: %w", backend, req.Runtime, errdefs.ErrConflict)
 	case state == api.StatePaused:
 		p, ok := rt.(runtime.Pauser)
 		if !ok {
