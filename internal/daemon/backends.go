@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/native"
@@ -37,6 +40,26 @@ type backendFactory struct {
 // "Adding a backend").
 var builtinBackends = []backendFactory{
 	{native.Name, newNativeBackend},
+}
+
+// checkRuntime refuses, before the daemon makes anything, a default
+// runtime (cfg.Runtime) that is none of the backends it can build.
+func checkRuntime(cfg *config.Config, factories []backendFactory, extra []runtime.Backend) error {
+	def := cfg.Runtime
+	if def == "" {
+		def = config.DefaultRuntime
+	}
+	var names []string
+	for _, f := range factories {
+		names = append(names, f.name)
+	}
+	for _, b := range extra {
+		names = append(names, b.Capabilities().Name)
+	}
+	if slices.Contains(names, def) {
+		return nil
+	}
+	return fmt.Errorf("runtime %q: no such backend (this daemon has %s): %w", def, strings.Join(names, ", "), errdefs.ErrInvalidArgument)
 }
 
 // newBackends builds the registry of the daemon's backends, whose default

@@ -82,6 +82,26 @@ func TestNewBackendsUnknownRuntime(t *testing.T) {
 	}
 }
 
+// TestCheckRuntime: the configured runtime must be a backend the daemon
+// can build, built-in or given.
+func TestCheckRuntime(t *testing.T) {
+	var made []*stubBackend
+	f := factories(&made, "", "native")
+	if err := checkRuntime(envWith("").cfg, f, nil); err != nil {
+		t.Errorf("default runtime: %v", err)
+	}
+	if err := checkRuntime(envWith("inproc").cfg, f, []runtime.Backend{&stubBackend{name: "inproc"}}); err != nil {
+		t.Errorf("a given backend: %v", err)
+	}
+	err := checkRuntime(envWith("nosuch").cfg, f, nil)
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `runtime "nosuch": no such backend (this daemon has native)`) {
+		t.Errorf("unknown runtime: %v", err)
+	}
+	if len(made) != 0 {
+		t.Errorf("checkRuntime built backends")
+	}
+}
+
 // TestNewBackendsUnavailable: a backend other than the default that cannot
 // start is left out; the default that cannot start stops the daemon.
 func TestNewBackendsUnavailable(t *testing.T) {

@@ -79,6 +79,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if log == nil {
 		log = slog.Default()
 	}
+	if err := checkRuntime(cfg, builtinBackends, opts.Backends); err != nil {
+		return nil, err
+	}
 	if cfg.UIDMapBase != cfg.GIDMapBase || cfg.UIDMapSize != cfg.GIDMapSize {
 		return nil, fmt.Errorf("uid map %d+%d and gid map %d+%d must be the same range: %w",
 			cfg.UIDMapBase, cfg.UIDMapSize, cfg.GIDMapBase, cfg.GIDMapSize, errdefs.ErrInvalidArgument)
