@@ -53,7 +53,9 @@
 // a runner's self-check reports: a daemon stages (and so starts) only
 // runners of its own setup version. Another backend (a VM, gVisor) may
 // carry the same three things differently; what the guest serves on the
-// listener does not change.
+// listener does not change. A test-only backend without isolation may
+// serve the guest in-process instead, saying what of the above it does
+// not provide.
 //
 // Implementations live in subpackages (native, ...); runtimetest holds the
 // conformance suite every implementation must pass. docs/CONTRACTS.md,
