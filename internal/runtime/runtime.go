@@ -185,18 +185,22 @@ type Backend interface {
 	// connections on spec.SocketPath. On error nothing of the sandbox is
 	// left behind (processes, cgroups, mounts, socket).
 	//
-	// An id whose sandbox still exists on the backend (created and neither
-	// destroyed nor cleaned up, whether its guest runs or has exited,
-	// whether this process or an earlier daemon created it; native: its
-	// cgroup exists) is refused with errdefs.ErrAlreadyExists and nothing
-	// of that sandbox is touched. A stale socket file left at
-	// spec.SocketPath by a sandbox that is gone is replaced.
+	// An id whose guest runs on the backend (created by this process or
+	// an earlier daemon, neither destroyed nor cleaned up) is refused with
+	// errdefs.ErrAlreadyExists, and nothing of that sandbox is touched.
+	// Callers Destroy or Cleanup an id before they create it again; an id
+	// whose guest has exited but that was not destroyed may be refused
+	// too (native refuses as long as the sandbox's cgroup exists). A stale
+	// socket file left at spec.SocketPath by a sandbox that is gone is
+	// replaced.
 	//
-	// ctx bounds the wait for the guest's setup report (without a deadline
-	// the backend applies its own, native: 30 s); the steps before it are
-	// not interrupted. When ctx ends first, Create tears everything down
-	// on a context of its own (context.WithoutCancel) and returns an error
-	// that is errdefs.ErrDeadlineExceeded and ctx.Err().
+	// ctx bounds Create (without a deadline the backend applies its own,
+	// native: 30 s for the guest's setup); a backend need not interrupt
+	// every step for it (native waits for ctx only once the guest is
+	// started). When ctx ends first, Create tears everything down on a
+	// context of its own (context.WithoutCancel) and returns an error that
+	// is ctx.Err() (errors.Is; native's is errdefs.ErrDeadlineExceeded
+	// too).
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
 
 	// Recover re-adopts a sandbox created by an earlier daemon from the

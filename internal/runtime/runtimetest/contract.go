@@ -12,7 +12,7 @@ import (
 // The cases below check what runtime.Backend's doc says of the corners of
 // Create: an id that exists, and a context that ends during it.
 
-// testCreateExistingID: a Create of an id whose sandbox exists is
+// testCreateExistingID: a Create of an id whose guest runs is
 // ErrAlreadyExists, from this backend instance or another (a restarted
 // daemon's), and leaves that sandbox working; once it is destroyed, the id
 // may be created again.
@@ -42,8 +42,8 @@ func testCreateExistingID(t *testing.T, f Fixture) {
 }
 
 // testCreateCancelled: a Create whose context has ended either completes
-// (the guest's report won the race) or fails with ErrDeadlineExceeded and
-// the context's error, leaving nothing behind.
+// (the guest's report won the race) or fails with the context's error,
+// leaving nothing behind.
 func testCreateCancelled(t *testing.T, f Fixture) {
 	b := f.NewBackend(t)
 	spec := NewSpec(t, NewID("cnc"), f.Layer, f.RunnerDir)
@@ -58,8 +58,8 @@ func testCreateCancelled(t *testing.T, f Fixture) {
 		AssertGone(t, f, sb, spec)
 		return
 	}
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, errdefs.ErrDeadlineExceeded) {
-		t.Errorf("Create with a cancelled context = %v, want context.Canceled and ErrDeadlineExceeded", err)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Create with a cancelled context = %v, want context.Canceled", err)
 	}
 	AssertGone(t, f, nil, spec)
 }
