@@ -240,3 +240,38 @@ func TestInfoBackends(t *testing.T) {
 		t.Fatalf("info: backend %q, backends %+v", info.Backend, info.Backends)
 	}
 }
+
+// TestRecordWithoutBackendIsNative: a record that names no backend (as
+// none did before backends were chosen by configuration) is native's,
+// whatever the default.
+func TestRecordWithoutBackendIsNative(t *testing.T) {
+	e := newBackendEnv(t)
+	alpha, native := newNamedBackend(t, "alpha"), newNamedBackend(t, "native")
+	m := e.manager(t, alpha, native)
+	id := startOn(t, m, "")
+	if na, nn := alpha.creates(), native.creates(); na != 0 || nn != 1 {
+		t.Fatalf("creates: alpha (the default) %d, native %d; want native's", na, nn)
+	}
+	if got := recordedBackend(t, e.st, id); got != "native" {
+		t.Errorf("record names backend %q, want native", got)
+	}
+}
+
+// TestCreateByNameRuntime: creating an existing name returns that sandbox
+// unless the request names another runtime than the sandbox runs on
+// (ErrConflict, as for another template).
+func TestCreateByNameRuntime(t *testing.T) {
+	e := newBackendEnv(t)
+	m := e.manager(t, newNamedBackend(t, "alpha"), newNamedBackend(t, "beta"))
+	id := createTest(t, m, api.CreateSandboxRequest{Name: "named"})
+	ctx := context.Background()
+	for _, rt := range []string{"", "alpha"} {
+		sb, created, err := m.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "named", Runtime: rt})
+		if err != nil || created || sb.ID != id {
+			t.Errorf("create by name, runtime %q: %s created %v, %v; want %s", rt, sb.ID, created, err, id)
+		}
+	}
+	if _, _, err := m.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "named", Runtime: "beta"}); !errdefs.IsConflict(err) {
+		t.Errorf("create by name on another runtime: %v, want conflict", err)
+	}
+}
