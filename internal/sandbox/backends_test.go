@@ -8,8 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock/clocktest"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
@@ -107,7 +109,7 @@ func (e backendEnv) manager(t *testing.T, backends ...runtime.Backend) *Manager 
 	m, err := New(Config{
 		DataDir: e.dataDir, RunDir: e.runDir, RunnerDir: e.runner,
 		IDs:   runtime.IDMap{HostID: uint32(os.Getuid()), Size: 1},
-		Clock: newFakeClock(),
+		Clock: clocktest.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
 	}, registryOf(t, backends...), nil, e.st)
 	if err != nil {
 		t.Fatal(err)
