@@ -344,8 +344,8 @@ func (d *Daemon) Close() error {
 }
 
 // service adapts the Manager and the execution pipeline to
-// httpapi.Service: exec goes through the pipeline (pipeline.go), and the
-// stream methods return the API package's interface type.
+// httpapi.Service: exec goes through the pipeline (pipeline.go); attach
+// is the Manager's.
 type service struct {
 	*sandbox.Manager
 	*pipelineAPI
@@ -354,11 +354,3 @@ type service struct {
 }
 
 var _ httpapi.Service = service{}
-
-func (s service) Attach(ctx context.Context, id string, pid int, replay bool) (httpapi.ExecStream, error) {
-	st, err := s.Manager.Attach(ctx, id, pid, replay)
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
-}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 )
 
 // ndjsonWriter writes one JSON object per line and flushes after each, so
@@ -120,7 +121,7 @@ func (h *handler) attach(w http.ResponseWriter, r *http.Request) {
 // pumpExec copies stream to the client until the final event, the client
 // going away, or the daemon shutting down. It always closes stream; closing
 // from another goroutine unblocks a pending Next.
-func (h *handler) pumpExec(w http.ResponseWriter, r *http.Request, stream ExecStream) {
+func (h *handler) pumpExec(w http.ResponseWriter, r *http.Request, stream execstream.Stream) {
 	rs := stateFrom(r.Context())
 	var closeOnce sync.Once
 	closeStream := func() { closeOnce.Do(func() { _ = stream.Close() }) }
@@ -163,7 +164,7 @@ func (h *handler) pumpExec(w http.ResponseWriter, r *http.Request, stream ExecSt
 			rs.err = fmt.Errorf("writing stream: %w", err)
 			return
 		}
-		if ev.Type == api.EventExit || ev.Type == api.EventError {
+		if execstream.Final(ev) {
 			return
 		}
 	}
