@@ -4,7 +4,9 @@
 // categories (internal/errdefs) become HTTP statuses.
 //
 // Business logic lives behind Service (implemented by internal/sandbox). The
-// handlers only parse, validate, call one Service method and encode.
+// handlers only parse, validate, call one Service method and encode; they
+// return their errors, and handle (errors.go) is the one place that turns
+// an error into the response and the request's log line.
 package httpapi
 
 import (
