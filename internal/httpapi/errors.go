@@ -86,6 +86,11 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 //     being sent) the status can no longer change: err goes to the log
 //     line and the connection is aborted (http.ErrAbortHandler), so the
 //     client sees a broken transfer rather than a complete-looking one.
+//
+// New applies it to every route, and ServeHTTP to the access checks
+// (dispatch). Streams that report errors in the stream itself (exec and
+// attach, template builds: an error event) note the error for the log
+// line (reqState.err) and return nil.
 func handle(fn handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		err := fn(w, r)
