@@ -29,7 +29,7 @@ import (
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
-	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/tenant/registry"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	// Quota admission is part of the Manager from its construction: the
 	// meters it reads are connected below, before recovery, the warm
 	// pools and the scheduler can create anything.
-	reg, err := tenant.Open(ctx, st, log)
+	reg, err := registry.Open(ctx, st, log)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
-// Authenticator resolves tenants' API keys (internal/tenant.Registry).
+// Authenticator resolves tenants' API keys (internal/tenant/registry.Registry).
 // Both methods are safe for concurrent use.
 type Authenticator interface {
 	// Authenticate returns the principal of key, or an error wrapping
