@@ -440,6 +440,7 @@ func (m *Manager) restoreLocked(ctx context.Context, b *box, ck store.Checkpoint
 	if err := m.startGuestLocked(ctx, b, paths); err != nil {
 		return fail(err)
 	}
+	m.onStart(ctx, b, StartRestore)
 	if err := m.saveLocked(ctx, b); err != nil {
 		return err
 	}

@@ -187,6 +187,12 @@ func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, 
 		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
 		return api.Sandbox{}, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
+	if err := m.onCreate(ctx, b); err != nil {
+		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
+		m.observeBox(ctx, OpCreate, b, req.Template, err)
+		return api.Sandbox{}, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	m.observeBox(ctx, OpCreate, b, req.Template, nil)
 	m.log.InfoContext(ctx, "sandbox created", "sandbox", id, "template", req.Template)
 	return b.view(), nil
 }
@@ -276,6 +282,7 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 		_ = m.store.DeleteSandbox(context.WithoutCancel(ctx), id)
 		return nil, err
 	}
+	m.observeTransition(ctx, b)
 	return b, nil
 }
 
@@ -334,6 +341,7 @@ func (m *Manager) watch(b *box, rt runtime.Sandbox) {
 	if deleted {
 		return
 	}
+	m.onStop(context.Background(), b, api.StateStopped)
 	m.log.Warn("sandbox guest exited", "sandbox", rec.Sandbox.ID)
 	rec.UpdatedAt = time.Now().UTC()
 	if err := m.store.PutSandbox(context.Background(), rec); err != nil {
@@ -409,7 +417,10 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 	m.mu.Lock()
 	delete(m.sandboxes, id)
 	m.mu.Unlock()
-	if err := errors.Join(errs...); err != nil {
+	m.onDelete(ctx, id)
+	err := errors.Join(errs...)
+	m.observeBox(ctx, OpDelete, b, cause, err)
+	if err != nil {
 		return fmt.Errorf("deleting sandbox %s: %w", id, err)
 	}
 	m.log.InfoContext(ctx, "sandbox deleted", "sandbox", id, "from", from, "cause", cause)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -63,16 +65,41 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (Exe
 		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
 	}
 	req.Background = false
-	r, err := m.prepareRun(ctx, b, &req)
+	s, err := m.exec(ctx, b, req)
+	m.observeBox(ctx, OpExec, b, commandOf(req), err)
 	if err != nil {
 		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
+	}
+	return m.holdStream(b, s), nil
+}
+
+// exec runs req through the exec wrappers and starts it in b's guest.
+func (m *Manager) exec(ctx context.Context, b *box, req api.ExecRequest) (ExecStream, error) {
+	r, err := m.prepareRun(ctx, b, &req)
+	if err != nil {
+		return nil, err
+	}
+	chain, err := m.wrapExec(ctx, b, &req)
+	if err != nil {
+		m.endRun(r)
+		return nil, err
 	}
 	s, err := b.guest.Exec(ctx, req)
 	if err != nil {
+		chain.abort()
 		m.endRun(r)
-		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
+		return nil, err
 	}
-	return m.holdStream(b, m.wrapStream(b, s, r, s.Pid())), nil
+	return m.wrapRunStream(b, chain.started(s.Pid(), s), r, s.Pid()), nil
+}
+
+// commandOf describes req's command for observers (never its
+// environment).
+func commandOf(req api.ExecRequest) string {
+	if req.Command != "" {
+		return req.Command
+	}
+	return strings.Join(req.Cmd, " ")
 }
 
 // StartProcess starts a background process and returns at once.
@@ -93,15 +120,33 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
 	}
 	req.Background = true
-	r, err := m.prepareRun(ctx, b, &req)
+	p, err := m.startProcess(ctx, b, req)
+	m.observeBox(ctx, OpStartProcess, b, commandOf(req), err)
 	if err != nil {
 		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// startProcess runs req through the exec wrappers and starts it in b's
+// guest in the background.
+func (m *Manager) startProcess(ctx context.Context, b *box, req api.ExecRequest) (api.Process, error) {
+	r, err := m.prepareRun(ctx, b, &req)
+	if err != nil {
+		return api.Process{}, err
+	}
+	chain, err := m.wrapExec(ctx, b, &req)
+	if err != nil {
+		m.endRun(r)
+		return api.Process{}, err
 	}
 	p, err := b.guest.Start(ctx, req)
 	if err != nil {
+		chain.abort()
 		m.endRun(r)
-		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
+		return api.Process{}, err
 	}
+	chain.started(p.Pid, nil)
 	m.followRun(b, r, p.Pid)
 	return p, nil
 }
@@ -115,10 +160,11 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (
 	}
 	defer release()
 	s, err := b.guest.Attach(ctx, pid, replay)
+	m.observeBox(ctx, OpAttach, b, strconv.Itoa(pid), err)
 	if err != nil {
 		return nil, fmt.Errorf("attaching to process %d in sandbox %s: %w", pid, id, err)
 	}
-	return m.holdStream(b, m.wrapStream(b, s, nil, pid)), nil
+	return m.holdStream(b, m.wrapStream(b, pid, m.wrapRunStream(b, s, nil, pid))), nil
 }
 
 // ListProcesses lists the processes started through exec.
@@ -161,7 +207,9 @@ func (m *Manager) withGuest(ctx context.Context, id, what string, fn func(*clien
 		return err
 	}
 	defer release()
-	if err := fn(b.guest); err != nil {
+	err = fn(b.guest)
+	m.observeBox(ctx, OpGuestCall, b, what, err)
+	if err != nil {
 		return fmt.Errorf("%s in sandbox %s: %w", what, id, err)
 	}
 	return nil

@@ -202,6 +202,7 @@ func (m *Manager) noteOOM(ctx context.Context, id string, n int64) {
 	}
 	m.sec.events[id] = buf
 	m.sec.mu.Unlock()
+	m.observe(ctx, Op{Kind: OpEvent, Sandbox: id, Event: &ev, At: ev.Time})
 	m.log.WarnContext(ctx, "sandbox OOM kill", "sandbox", id, "oom_kills", n)
 }
 

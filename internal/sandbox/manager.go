@@ -78,6 +78,11 @@ type Config struct {
 	// (recovery, warm pools, the daemon's scheduler) can run before
 	// admission is in place.
 	Quotas Quotas
+	// Extensions are the features attached to the core (hooks.go), in
+	// the order their hooks run. They are fixed at construction: New
+	// provisions them before it returns, so nothing the Manager starts
+	// can run without them.
+	Extensions []Extension
 }
 
 // IDRanges allocates per-sandbox host id ranges (package idrange).
@@ -102,6 +107,7 @@ type Manager struct {
 	lc        lifecycleState
 	pools     poolState  // warm pools; see pool.go
 	lim       limitState // OOM reporting; see limits.go
+	hooks     hooks      // the extensions' hooks; see hooks.go
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -156,14 +162,23 @@ func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.
 			return nil, fmt.Errorf("sandbox manager: %w", err)
 		}
 	}
-	return &Manager{
+	hs, err := collectHooks(cfg.Extensions)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		backend:   backend,
 		templates: tmpl,
 		store:     st,
+		hooks:     hs,
 		sandboxes: make(map[string]*box),
-	}, nil
+	}
+	if err := m.provision(cfg.Extensions); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Backend returns the isolation backend's capabilities.

@@ -110,7 +110,11 @@ func (m *Manager) adopt(ctx context.Context, rec store.SandboxRecord) error {
 	if err := m.networkUp(ctx, b, false); err != nil {
 		m.log.WarnContext(ctx, "re-applying network policy", "sandbox", rec.Sandbox.ID, "err", err)
 	}
-	return m.register(b)
+	if err := m.register(b); err != nil {
+		return err
+	}
+	m.onRecover(ctx, b)
+	return nil
 }
 
 // reap removes every trace of a sandbox that is not running.

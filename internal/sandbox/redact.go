@@ -28,9 +28,9 @@ type runStream struct {
 	fired bool
 }
 
-// wrapStream returns s wrapped for sandbox id when there is anything to
+// wrapRunStream returns s wrapped for sandbox id when there is anything to
 // redact or a run to end; otherwise s itself.
-func (m *Manager) wrapStream(b *box, s ExecStream, r *run, pid int) ExecStream {
+func (m *Manager) wrapRunStream(b *box, s ExecStream, r *run, pid int) ExecStream {
 	red := m.redactor(b.rec.Sandbox.ID)
 	if red == nil && r == nil {
 		return s

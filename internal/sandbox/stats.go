@@ -56,7 +56,7 @@ func (m *Manager) WatchProcess(ctx context.Context, id string, pid int) (ExecStr
 	if err != nil {
 		return nil, fmt.Errorf("watching process %d in sandbox %s: %w", pid, id, err)
 	}
-	return m.wrapStream(b, s, nil, pid), nil
+	return m.wrapStream(b, pid, m.wrapRunStream(b, s, nil, pid)), nil
 }
 
 type runIDKey struct{}

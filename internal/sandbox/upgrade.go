@@ -268,6 +268,7 @@ func (m *Manager) swapRunnerLocked(ctx context.Context, b *box, from string, rn 
 		if err := m.networkUp(ctx, b, true); err != nil {
 			m.log.WarnContext(ctx, "re-applying network policy", "sandbox", id, "err", err)
 		}
+		m.onStart(ctx, b, StartUpgrade)
 		return m.saveLocked(ctx, b)
 	}
 	upErr := start(rn.Hash, rn.GuestVersion())
