@@ -24,8 +24,10 @@ import (
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/ratelimit"
 	"github.com/agentbox/agentbox/internal/runner"
+	"github.com/agentbox/agentbox/internal/runsecrets"
 	"github.com/agentbox/agentbox/internal/runtime/native"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandboxevents"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
@@ -58,6 +60,8 @@ type Daemon struct {
 	tenants *tenantAPI
 	// gc runs layer collections after deletes (storage.go).
 	gc *collector
+	// svc is what both API listeners serve.
+	svc service
 	// runLock is held for the daemon's life (lockRunDir).
 	runLock *os.File
 
@@ -175,6 +179,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
+	// The features attached to the sandbox core are built first and
+	// handed to it at construction (sandbox.Config.Extensions).
+	sec, secStore, err := openSecrets(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	events := sandboxevents.New(sandboxevents.Config{Redactor: sec.Redactor, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir:         cfg.DataDir,
 		RunDir:          filepath.Dir(cfg.SocketPath),
@@ -198,6 +209,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Version:       version.Version,
 		Logger:        log,
 		Quotas:        reg,
+		// Secrets first: its stream wrapper is the outermost, so
+		// redaction sees what every other wrapper passes on.
+		Extensions: []sandbox.Extension{sec, events},
 	}, backend, nil, st)
 	if err != nil {
 		return nil, err
@@ -214,7 +228,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	mgr.SetTemplates(tm)
-	secStore, stopBridge, err := setupSecrets(cfg, mgr, log)
+	stopBridge, err := startBridge(cfg, mgr, sec, events, log)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +237,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			stopBridge()
 		}
 	}()
-	if err := setupEgress(cfg, mgr, sandbox.TenantSecrets{Store: secStore}, log); err != nil {
+	if err := setupEgress(cfg, mgr, sec.ActiveRun, runsecrets.TenantSecrets{Store: secStore}, log); err != nil {
 		return nil, err
 	}
 	pipe, err := newPipeline(cfg, mgr, st, log)
@@ -255,11 +269,12 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(mgr)
-	handler := httpapi.New(service{mgr, pipe, tenants, gc}, httpapi.Options{
+	svc := service{mgr, sec, events, pipe, tenants, gc}
+	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
 	})
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock}, nil
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock, svc: svc}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -281,7 +296,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			d.shutdown()
 			return err
 		}
-		tcpHandler := httpapi.New(service{d.manager, d.pipe, d.tenants, d.gc}, httpapi.Options{
+		tcpHandler := httpapi.New(d.svc, httpapi.Options{
 			Logger:       d.log,
 			Version:      version.Version,
 			APIKeys:      d.cfg.APIKeys,
@@ -348,6 +363,8 @@ func (d *Daemon) Close() error {
 // stream methods return the API package's interface type.
 type service struct {
 	*sandbox.Manager
+	*runsecrets.Secrets     // secrets API
+	*sandboxevents.Recorder // sandbox events API
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes

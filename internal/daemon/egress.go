@@ -19,10 +19,10 @@ import (
 )
 
 // setupEgress builds the egress proxy and gives it to the Manager (network
-// mode "egress"). Credentials come from secrets (the encrypted store). It
-// must run before Recover.
-func setupEgress(cfg *config.Config, mgr *sandbox.Manager, secrets egress.SecretSource, log *slog.Logger) error {
-	ecfg := egress.Config{Secrets: secrets, Logger: log, RunOf: mgr.ActiveRun}
+// mode "egress"). Credentials come from secrets (the encrypted store);
+// runOf attributes connections to runs. It must run before Recover.
+func setupEgress(cfg *config.Config, mgr *sandbox.Manager, runOf func(ctx context.Context, sandboxID string) string, secrets egress.SecretSource, log *slog.Logger) error {
+	ecfg := egress.Config{Secrets: secrets, Logger: log, RunOf: runOf}
 	if cfg.EgressHostsFile != "" {
 		hosts, err := loadHosts(cfg.EgressHostsFile)
 		if err != nil {

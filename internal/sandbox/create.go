@@ -74,6 +74,16 @@ func validateCreate(req *api.CreateSandboxRequest) error {
 	return nil
 }
 
+// MaxEnvValueLen bounds the value of one environment variable.
+const MaxEnvValueLen = maxValueLen
+
+// ValidEnvName reports whether name may name an environment variable of a
+// sandbox or exec (letters, digits and _, not starting with a digit; at
+// most 128 bytes).
+func ValidEnvName(name string) bool {
+	return len(name) <= maxKeyLen && envKeyRE.MatchString(name)
+}
+
 func validateEnv(env map[string]string) error {
 	if len(env) > maxEnv {
 		return fmt.Errorf("at most %d environment variables: %w", maxEnv, errdefs.ErrInvalidArgument)

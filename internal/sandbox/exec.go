@@ -75,22 +75,16 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (Exe
 
 // exec runs req through the exec wrappers and starts it in b's guest.
 func (m *Manager) exec(ctx context.Context, b *box, req api.ExecRequest) (ExecStream, error) {
-	r, err := m.prepareRun(ctx, b, &req)
-	if err != nil {
-		return nil, err
-	}
 	chain, err := m.wrapExec(ctx, b, &req)
 	if err != nil {
-		m.endRun(r)
 		return nil, err
 	}
 	s, err := b.guest.Exec(ctx, req)
 	if err != nil {
 		chain.abort()
-		m.endRun(r)
 		return nil, err
 	}
-	return m.wrapRunStream(b, chain.started(s.Pid(), s), r, s.Pid()), nil
+	return chain.started(s.Pid(), s), nil
 }
 
 // commandOf describes req's command for observers (never its
@@ -131,23 +125,16 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 // startProcess runs req through the exec wrappers and starts it in b's
 // guest in the background.
 func (m *Manager) startProcess(ctx context.Context, b *box, req api.ExecRequest) (api.Process, error) {
-	r, err := m.prepareRun(ctx, b, &req)
-	if err != nil {
-		return api.Process{}, err
-	}
 	chain, err := m.wrapExec(ctx, b, &req)
 	if err != nil {
-		m.endRun(r)
 		return api.Process{}, err
 	}
 	p, err := b.guest.Start(ctx, req)
 	if err != nil {
 		chain.abort()
-		m.endRun(r)
 		return api.Process{}, err
 	}
 	chain.started(p.Pid, nil)
-	m.followRun(b, r, p.Pid)
 	return p, nil
 }
 
@@ -164,7 +151,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (
 	if err != nil {
 		return nil, fmt.Errorf("attaching to process %d in sandbox %s: %w", pid, id, err)
 	}
-	return m.holdStream(b, m.wrapStream(b, pid, m.wrapRunStream(b, s, nil, pid))), nil
+	return m.holdStream(b, m.wrapStream(b, pid, s)), nil
 }
 
 // ListProcesses lists the processes started through exec.

@@ -54,7 +54,7 @@ import (
 
 // Extension is a feature attached to the core. It implements any of the
 // hook interfaces of this file (CreateHook, StartHook, StopHook,
-// DeleteHook, RecoverHook, ExecWrapper, StreamWrapper, Observer,
+// DeleteHook, RecoverHook, PurgeHook, ExecWrapper, StreamWrapper, Observer,
 // Provisioner); New checks each with a type assertion, once.
 type Extension interface {
 	// Name names the extension in logs (a hook's logged error says which
@@ -129,6 +129,14 @@ type DeleteHook interface {
 	// return (the delete has happened), and should forget what it keeps
 	// about the sandbox.
 	OnDelete(ctx context.Context, id string)
+}
+
+// PurgeHook is an extension that keeps things a tenant owns (secrets).
+type PurgeHook interface {
+	// OnPurgeTenant deletes what tenant owns, on behalf of ctx (which acts
+	// as the tenant), when the tenant is purged (Manager.PurgeTenant). Its
+	// error is reported by PurgeTenant, which may be called again.
+	OnPurgeTenant(ctx context.Context, tenant string) error
 }
 
 // ExecWrapper joins every exec and background process of every sandbox
@@ -268,6 +276,7 @@ type hooks struct {
 	stop      []namedHook[StopHook]
 	recover   []namedHook[RecoverHook]
 	delete    []namedHook[DeleteHook]
+	purge     []namedHook[PurgeHook]
 	exec      []namedHook[ExecWrapper]
 	stream    []namedHook[StreamWrapper]
 	observers []Observer
@@ -305,6 +314,9 @@ func collectHooks(exts []Extension) (hooks, error) {
 		}
 		if h, ok := e.(DeleteHook); ok {
 			hs.delete = append(hs.delete, namedHook[DeleteHook]{n, h})
+		}
+		if h, ok := e.(PurgeHook); ok {
+			hs.purge = append(hs.purge, namedHook[PurgeHook]{n, h})
 		}
 		if h, ok := e.(ExecWrapper); ok {
 			hs.exec = append(hs.exec, namedHook[ExecWrapper]{n, h})

@@ -102,7 +102,6 @@ type Manager struct {
 	backend   runtime.Backend
 	templates *templates.Manager
 	store     store.Store
-	sec       secretState
 	tun       tunnelRegistry
 	lc        lifecycleState
 	pools     poolState  // warm pools; see pool.go

@@ -1,10 +1,11 @@
-package sandbox
+package runsecrets
 
 import (
 	"sync"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/redact"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // runStream wraps the event stream of an exec or attach: it redacts secret
@@ -14,7 +15,7 @@ import (
 // before the event is delivered, so a client that has seen the exit can
 // rely on the token being dead.
 type runStream struct {
-	inner ExecStream
+	inner sandbox.ExecStream
 	red   *redact.Redactor // nil: nothing to redact
 	// onExit runs once, when the exit or error event passes.
 	onExit func()
@@ -28,10 +29,10 @@ type runStream struct {
 	fired bool
 }
 
-// wrapRunStream returns s wrapped for sandbox id when there is anything to
+// wrapStream returns s wrapped for sandbox h when there is anything to
 // redact or a run to end; otherwise s itself.
-func (m *Manager) wrapRunStream(b *box, s ExecStream, r *run, pid int) ExecStream {
-	red := m.redactor(b.rec.Sandbox.ID)
+func (m *Secrets) wrapStream(h *sandbox.Handle, s sandbox.ExecStream, r *run, pid int) sandbox.ExecStream {
+	red := m.Redactor(h.ID())
 	if red == nil && r == nil {
 		return s
 	}
@@ -39,12 +40,12 @@ func (m *Manager) wrapRunStream(b *box, s ExecStream, r *run, pid int) ExecStrea
 	if r != nil {
 		m.setRunPid(r, pid)
 		rs.onExit = func() { m.endRun(r) }
-		rs.onDetach = func() { m.followRun(b, r, pid) }
+		rs.onDetach = func() { m.followRun(h, r, pid) }
 	}
 	return rs
 }
 
-// Next implements ExecStream.
+// Next implements sandbox.ExecStream.
 func (s *runStream) Next() (api.ExecEvent, error) {
 	for {
 		if len(s.queue) > 0 {
@@ -100,7 +101,7 @@ func (s *runStream) fire(exited bool) {
 	}
 }
 
-// Close implements ExecStream. Closing before the exit leaves the process
+// Close implements sandbox.ExecStream. Closing before the exit leaves the process
 // running; its run then ends when the process does.
 func (s *runStream) Close() error {
 	err := s.inner.Close()
