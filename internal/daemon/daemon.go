@@ -28,10 +28,12 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/native"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxevents"
+	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/tunnel"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -186,6 +188,21 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	events := sandboxevents.New(sandboxevents.Config{Redactor: sec.Redactor, Logger: log})
+	tun := tunnel.New(log)
+	stopBridge, err := startBridge(cfg, tun, sec, events, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			stopBridge()
+		}
+	}()
+	edge, err := setupEgress(cfg, sec.ActiveRun, runsecrets.TenantSecrets{Store: secStore}, log)
+	if err != nil {
+		return nil, err
+	}
+	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir:         cfg.DataDir,
 		RunDir:          filepath.Dir(cfg.SocketPath),
@@ -210,8 +227,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Logger:        log,
 		Quotas:        reg,
 		// Secrets first: its stream wrapper is the outermost, so
-		// redaction sees what every other wrapper passes on.
-		Extensions: []sandbox.Extension{sec, events},
+		// redaction sees what every other wrapper passes on; its exec
+		// environment wins over the network's. Tunnels before the
+		// network, which refreshes them.
+		Extensions: []sandbox.Extension{sec, events, tun, network},
 	}, backend, nil, st)
 	if err != nil {
 		return nil, err
@@ -228,18 +247,6 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	mgr.SetTemplates(tm)
-	stopBridge, err := startBridge(cfg, mgr, sec, events, log)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			stopBridge()
-		}
-	}()
-	if err := setupEgress(cfg, mgr, sec.ActiveRun, runsecrets.TenantSecrets{Store: secStore}, log); err != nil {
-		return nil, err
-	}
 	pipe, err := newPipeline(cfg, mgr, st, log)
 	if err != nil {
 		return nil, err
@@ -269,7 +276,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(mgr)
-	svc := service{mgr, sec, events, pipe, tenants, gc}
+	svc := service{mgr, sec, events, network, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -365,6 +372,7 @@ type service struct {
 	*sandbox.Manager
 	*runsecrets.Secrets     // secrets API
 	*sandboxevents.Recorder // sandbox events API
+	*sandboxnet.Network     // network policy and egress log API
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes

@@ -8,9 +8,9 @@ import (
 	"github.com/agentbox/agentbox/internal/bridge"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/runsecrets"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxevents"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/tunnel"
 )
 
 // openSecrets loads the master key (outside the data dir), opens the
@@ -33,10 +33,10 @@ func openSecrets(cfg *config.Config, log *slog.Logger) (*runsecrets.Secrets, *se
 }
 
 // startBridge registers the API bridge on its tunnel port in every
-// sandbox: run tokens are verified by sec, events go to events. It must
-// run before Recover (tunnel routes are picked up when a sandbox's tunnel
-// opens); stop closes the bridge.
-func startBridge(cfg *config.Config, mgr *sandbox.Manager, sec *runsecrets.Secrets, events *sandboxevents.Recorder, log *slog.Logger) (stop func(), err error) {
+// sandbox: run tokens are verified by sec, events go to events. It runs
+// before the Manager is built (tunnel routes are picked up when a
+// sandbox's tunnel opens); stop closes the bridge.
+func startBridge(cfg *config.Config, tun *tunnel.Tunnels, sec *runsecrets.Secrets, events *sandboxevents.Recorder, log *slog.Logger) (stop func(), err error) {
 	conns, err := bridge.LoadConnectors(cfg.ConnectorsFile)
 	if err != nil {
 		return nil, err
@@ -45,6 +45,6 @@ func startBridge(cfg *config.Config, mgr *sandbox.Manager, sec *runsecrets.Secre
 	if err != nil {
 		return nil, fmt.Errorf("starting the API bridge: %w", err)
 	}
-	mgr.HandleTunnelPort(bridge.Port, br.ServeConn)
+	tun.HandlePort(bridge.Port, br.ServeConn)
 	return func() { _ = br.Close() }, nil
 }

@@ -107,11 +107,9 @@ func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxReques
 	if err := validateCreate(&req); err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
-	network, err := m.normalizeNetwork(req.Network)
-	if err != nil {
+	if err := m.prepare(ctx, &req); err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
-	req.Network = network
 	if req.Template == "" {
 		req.Template = m.cfg.DefaultTemplate
 	}
@@ -192,10 +190,6 @@ func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, 
 	b, err := m.start(ctx, rec, true)
 	if err != nil {
 		return api.Sandbox{}, err
-	}
-	if err := m.networkUp(ctx, b, true); err != nil {
-		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
-		return api.Sandbox{}, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	if err := m.onCreate(ctx, b); err != nil {
 		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
@@ -331,7 +325,6 @@ func (m *Manager) register(b *box) error {
 	b.mu.Unlock()
 	if rt != nil {
 		go m.watch(b, rt)
-		m.startTunnel(b)
 	}
 	return nil
 }
@@ -400,8 +393,6 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
 		m.log.WarnContext(ctx, "recording delete intent", "sandbox", id, "err", err)
 	}
-	m.stopTunnel(id)
-	m.networkDown(id)
 
 	var errs []error
 	if rt != nil {

@@ -33,18 +33,21 @@ func (m *Manager) execRequest(b *box, req api.ExecRequest) (api.ExecRequest, err
 	if req.TimeoutSeconds < 0 {
 		return req, fmt.Errorf("timeout_seconds must not be negative: %w", errdefs.ErrInvalidArgument)
 	}
+	return req, nil
+}
+
+// mergeEnv puts b's environment under req.Env.
+func mergeEnv(b *box, req *api.ExecRequest) {
 	b.mu.Lock()
 	env := cloneMap(b.rec.Sandbox.Env)
 	b.mu.Unlock()
 	if env == nil {
 		env = make(map[string]string, len(req.Env))
 	}
-	networkEnv(b.view(), env)
 	for k, v := range req.Env {
 		env[k] = v
 	}
 	req.Env = env
-	return req, nil
 }
 
 // Exec starts a process in the sandbox and streams its events.
@@ -79,6 +82,7 @@ func (m *Manager) exec(ctx context.Context, b *box, req api.ExecRequest) (ExecSt
 	if err != nil {
 		return nil, err
 	}
+	mergeEnv(b, &req)
 	s, err := b.guest.Exec(ctx, req)
 	if err != nil {
 		chain.abort()
@@ -129,6 +133,7 @@ func (m *Manager) startProcess(ctx context.Context, b *box, req api.ExecRequest)
 	if err != nil {
 		return api.Process{}, err
 	}
+	mergeEnv(b, &req)
 	p, err := b.guest.Start(ctx, req)
 	if err != nil {
 		chain.abort()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -24,7 +25,8 @@ import (
 //
 // Scenarios:
 //
-//  1. Creating a sandbox: the guest starts and the sandbox is registered;
+//  1. Creating a sandbox: PrepareHook.PrepareCreate sees the request
+//     first. The guest starts and the sandbox is registered;
 //     then StartHook.OnStart (cause api.CauseCreate) and CreateHook.OnCreate
 //     run, in registration order. An error from either deletes the sandbox
 //     again and fails the create with that error.
@@ -41,9 +43,11 @@ import (
 //     guest of an existing sandbox answers (wake from hibernation, restore,
 //     upgrade) and, at daemon start, RecoverHook.OnRecover for every
 //     sandbox re-adopted.
-//  4. Deleting: DeleteHook.OnDelete runs once the sandbox is gone, on a
+//  4. Closing: Manager.Close closes every extension that is an io.Closer,
+//     last registered first, before it forgets its sandboxes.
+//  5. Deleting: DeleteHook.OnDelete runs once the sandbox is gone, on a
 //     context without cancellation.
-//  5. Observing: every Observer sees every operation (Op) as it completes
+//  6. Observing: every Observer sees every operation (Op) as it completes
 //     and every state transition as it happens, in order.
 //
 // Hooks of one sandbox never run concurrently with a delete of it: they
@@ -53,7 +57,7 @@ import (
 // (delete, pause, hibernate, restore), or it deadlocks.
 
 // Extension is a feature attached to the core. It implements any of the
-// hook interfaces of this file (CreateHook, StartHook, StopHook,
+// hook interfaces of this file (PrepareHook, CreateHook, StartHook, StopHook,
 // DeleteHook, RecoverHook, PurgeHook, ExecWrapper, StreamWrapper, Observer,
 // Provisioner); New checks each with a type assertion, once.
 type Extension interface {
@@ -77,9 +81,22 @@ type Core interface {
 	// Handle returns sandbox id as the caller of ctx sees it (ErrNotFound
 	// for another tenant's, a pooled or an unknown sandbox).
 	Handle(ctx context.Context, id string) (*Handle, error)
+	// Acquire returns sandbox id running (woken first when asleep) with
+	// its operation lock held shared; it counts as a call (the sandbox is
+	// not idle until release). The caller must call release.
+	Acquire(ctx context.Context, id string) (h *Handle, release func(), err error)
 	// ListProcesses lists the processes started through exec; it counts as
 	// a call (wakes a sleeping sandbox, resets its idle timer).
 	ListProcesses(ctx context.Context, id string) ([]api.Process, error)
+}
+
+// PrepareHook sees every create request (not a warm pool's hand-out of a
+// sandbox already prepared) after it is validated, before anything is
+// allocated for it.
+type PrepareHook interface {
+	// PrepareCreate may normalize req (the network spec). An error fails
+	// the create with it.
+	PrepareCreate(ctx context.Context, req *api.CreateSandboxRequest) error
 }
 
 // CreateHook runs after a new sandbox's guest started (after OnStart).
@@ -142,9 +159,10 @@ type PurgeHook interface {
 // ExecWrapper joins every exec and background process of every sandbox
 // (secrets, run tokens and output redaction hook in here).
 type ExecWrapper interface {
-	// WrapExec runs after the request is validated and the sandbox's
-	// environment merged into req.Env, before it goes to the guest. It
-	// may change req. It returns nil when it has nothing to follow. On
+	// WrapExec runs after the request is validated, before the sandbox's
+	// environment is merged under req.Env and the request goes to the
+	// guest: what it puts into req.Env overrides the sandbox's
+	// environment. It may change req. It returns nil when it has nothing to follow. On
 	// error no process starts: the runs of wrappers before it are
 	// aborted and the call fails with the error.
 	WrapExec(ctx context.Context, h *Handle, req *api.ExecRequest) (ExecRun, error)
@@ -206,7 +224,10 @@ type Op struct {
 
 // Handle is an extension's view of one sandbox. It stays valid after the
 // hook returns; its accessors read the sandbox's current state.
-type Handle struct{ b *box }
+type Handle struct {
+	b *box
+	m *Manager
+}
 
 // ID is the sandbox's id.
 func (h *Handle) ID() string { return h.b.id() }
@@ -251,6 +272,21 @@ func (h *Handle) StateDir() string {
 	return h.b.rec.StateDir
 }
 
+// Update changes the sandbox's record with fn and persists it. The caller
+// holds the sandbox's operation lock (inside a hook, or between
+// Core.Acquire and its release); fn must not block.
+func (h *Handle) Update(ctx context.Context, fn func(sb *api.Sandbox)) error {
+	h.b.mu.Lock()
+	fn(&h.b.rec.Sandbox)
+	h.b.rec.UpdatedAt = time.Now().UTC()
+	rec := h.b.rec
+	h.b.mu.Unlock()
+	if err := h.m.store.PutSandbox(ctx, rec); err != nil {
+		return fmt.Errorf("saving record of sandbox %s: %w", rec.Sandbox.ID, err)
+	}
+	return nil
+}
+
 func (b *box) id() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -263,14 +299,26 @@ func (m *Manager) Handle(ctx context.Context, id string) (*Handle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handle{b}, nil
+	return m.handle(b), nil
 }
+
+// Acquire implements Core.
+func (m *Manager) Acquire(ctx context.Context, id string) (*Handle, func(), error) {
+	b, release, err := m.acquire(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.handle(b), release, nil
+}
+
+func (m *Manager) handle(b *box) *Handle { return &Handle{b: b, m: m} }
 
 var _ Core = (*Manager)(nil)
 
 // hooks are the extensions' hooks, by kind, in registration order. They
 // are set by New and never change.
 type hooks struct {
+	prepare   []namedHook[PrepareHook]
 	create    []namedHook[CreateHook]
 	start     []namedHook[StartHook]
 	stop      []namedHook[StopHook]
@@ -300,6 +348,9 @@ func collectHooks(exts []Extension) (hooks, error) {
 			return hooks{}, fmt.Errorf("sandbox manager: extension %s registered twice", n)
 		}
 		seen[n] = true
+		if h, ok := e.(PrepareHook); ok {
+			hs.prepare = append(hs.prepare, namedHook[PrepareHook]{n, h})
+		}
 		if h, ok := e.(CreateHook); ok {
 			hs.create = append(hs.create, namedHook[CreateHook]{n, h})
 		}
@@ -343,10 +394,31 @@ func (m *Manager) provision(exts []Extension) error {
 	return nil
 }
 
+// prepare runs the prepare hooks on a create request.
+func (m *Manager) prepare(ctx context.Context, req *api.CreateSandboxRequest) error {
+	for _, x := range m.hooks.prepare {
+		if err := x.h.PrepareCreate(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// closeExtensions closes the extensions that are io.Closers, last first.
+func (m *Manager) closeExtensions() {
+	for i := len(m.cfg.Extensions) - 1; i >= 0; i-- {
+		if c, ok := m.cfg.Extensions[i].(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				m.log.Warn("closing extension", "extension", m.cfg.Extensions[i].Name(), "err", err)
+			}
+		}
+	}
+}
+
 // onCreate runs the start hooks (cause create) and then the create hooks
 // of a new sandbox; the first error stops them.
 func (m *Manager) onCreate(ctx context.Context, b *box) error {
-	h := &Handle{b}
+	h := m.handle(b)
 	for _, x := range m.hooks.start {
 		if err := x.h.OnStart(ctx, h, api.CauseCreate); err != nil {
 			return err
@@ -363,7 +435,7 @@ func (m *Manager) onCreate(ctx context.Context, b *box) error {
 // onStart runs the start hooks of a sandbox whose new guest answers;
 // errors are logged.
 func (m *Manager) onStart(ctx context.Context, b *box, cause string) {
-	h := &Handle{b}
+	h := m.handle(b)
 	for _, x := range m.hooks.start {
 		if err := x.h.OnStart(ctx, h, cause); err != nil {
 			m.log.WarnContext(ctx, "start hook failed", "extension", x.name, "sandbox", h.ID(), "cause", cause, "err", err)
@@ -373,7 +445,7 @@ func (m *Manager) onStart(ctx context.Context, b *box, cause string) {
 
 // onStop runs the stop hooks of a sandbox whose guest stopped.
 func (m *Manager) onStop(ctx context.Context, b *box, to string) {
-	h := &Handle{b}
+	h := m.handle(b)
 	for _, x := range m.hooks.stop {
 		x.h.OnStop(ctx, h, to)
 	}
@@ -382,7 +454,7 @@ func (m *Manager) onStop(ctx context.Context, b *box, to string) {
 // onRecover runs the recover hooks of a re-adopted sandbox; errors are
 // logged.
 func (m *Manager) onRecover(ctx context.Context, b *box) {
-	h := &Handle{b}
+	h := m.handle(b)
 	for _, x := range m.hooks.recover {
 		if err := x.h.OnRecover(ctx, h); err != nil {
 			m.log.WarnContext(ctx, "recover hook failed", "extension", x.name, "sandbox", h.ID(), "err", err)
@@ -404,7 +476,7 @@ type execChain []ExecRun
 // wrapExec runs the exec wrappers on req. On error the runs joined so far
 // are aborted.
 func (m *Manager) wrapExec(ctx context.Context, b *box, req *api.ExecRequest) (execChain, error) {
-	h := &Handle{b}
+	h := m.handle(b)
 	var chain execChain
 	for _, x := range m.hooks.exec {
 		r, err := x.h.WrapExec(ctx, h, req)
@@ -440,7 +512,7 @@ func (c execChain) started(pid int, s ExecStream) ExecStream {
 // wrapStream passes the stream of an attach or watch of process pid
 // through the stream wrappers, last first.
 func (m *Manager) wrapStream(b *box, pid int, s ExecStream) ExecStream {
-	h := &Handle{b}
+	h := m.handle(b)
 	for i := len(m.hooks.stream) - 1; i >= 0; i-- {
 		if w := m.hooks.stream[i].h.WrapStream(h, pid, s); w != nil {
 			s = w

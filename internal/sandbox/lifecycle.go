@@ -581,9 +581,6 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, cause, detail string, 
 		}
 		// The egress CA lived in the backend's state dir: configure the
 		// edge again and put the CA back into the sandbox.
-		if err := m.networkUp(ctx, b, true); err != nil {
-			m.log.WarnContext(ctx, "re-applying network policy", "sandbox", id, "err", err)
-		}
 		m.onStart(ctx, b, cause)
 	default:
 		return fmt.Errorf("waking sandbox %s: it is %s: %w", id, state, errdefs.ErrConflict)

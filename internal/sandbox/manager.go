@@ -102,7 +102,6 @@ type Manager struct {
 	backend   runtime.Backend
 	templates *templates.Manager
 	store     store.Store
-	tun       tunnelRegistry
 	lc        lifecycleState
 	pools     poolState  // warm pools; see pool.go
 	lim       limitState // OOM reporting; see limits.go
@@ -348,7 +347,7 @@ func (m *Manager) paths(id string) sandboxPaths {
 // a daemon that shuts down leaves its sandboxes running for the next one to
 // re-adopt.
 func (m *Manager) Close() error {
-	m.stopTunnels()
+	m.closeExtensions()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true

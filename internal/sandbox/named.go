@@ -92,9 +92,6 @@ func (m *Manager) adoptAsleep(ctx context.Context, rec store.SandboxRecord) erro
 		b.rt, b.guest = rt, client.New(rt.SocketPath())
 		b.rec.RuntimeState = rt.State()
 	}
-	if err := m.networkUp(ctx, b, false); err != nil {
-		m.log.WarnContext(ctx, "re-applying network policy", "sandbox", rec.Sandbox.ID, "err", err)
-	}
 	if err := m.register(b); err != nil {
 		return err
 	}

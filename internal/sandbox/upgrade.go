@@ -265,9 +265,6 @@ func (m *Manager) swapRunnerLocked(ctx context.Context, b *box, from string, rn 
 	}
 	// finish makes the running guest b's current state.
 	finish := func() error {
-		if err := m.networkUp(ctx, b, true); err != nil {
-			m.log.WarnContext(ctx, "re-applying network policy", "sandbox", id, "err", err)
-		}
 		m.onStart(ctx, b, StartUpgrade)
 		return m.saveLocked(ctx, b)
 	}
