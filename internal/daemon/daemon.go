@@ -231,22 +231,20 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// environment wins over the network's. Tunnels before the
 		// network, which refreshes them.
 		Extensions: []sandbox.Extension{sec, events, tun, network},
+		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (sandbox.Templates, error) {
+			return templates.New(templates.Config{
+				DataDir: filepath.Join(cfg.DataDir, "templates"),
+				Layers:  ls,
+				IDs:     ids,
+				Runner:  runner,
+				Admit:   admit,
+				Logger:  log,
+			})
+		},
 	}, backend, nil, st)
 	if err != nil {
 		return nil, err
 	}
-	tm, err := templates.New(templates.Config{
-		DataDir: filepath.Join(cfg.DataDir, "templates"),
-		Layers:  ls,
-		IDs:     ids,
-		Runner:  mgr.StepRunner(),
-		Admit:   mgr.AdmitTemplateLayer,
-		Logger:  log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	mgr.SetTemplates(tm)
 	pipe, err := newPipeline(cfg, mgr, st, log)
 	if err != nil {
 		return nil, err

@@ -29,7 +29,6 @@ import (
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
-	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -78,6 +77,9 @@ type Config struct {
 	// (recovery, warm pools, the daemon's scheduler) can run before
 	// admission is in place.
 	Quotas Quotas
+	// NewTemplates builds the template store (see TemplatesFactory),
+	// unless New is given one.
+	NewTemplates TemplatesFactory
 	// Extensions are the features attached to the core (hooks.go), in
 	// the order their hooks run. They are fixed at construction: New
 	// provisions them before it returns, so nothing the Manager starts
@@ -100,7 +102,7 @@ type Manager struct {
 	cfg       Config
 	log       *slog.Logger
 	backend   runtime.Backend
-	templates *templates.Manager
+	templates Templates
 	store     store.Store
 	lc        lifecycleState
 	pools     poolState  // warm pools; see pool.go
@@ -133,8 +135,10 @@ type box struct {
 	pool string
 }
 
-// New returns a Manager. Call Recover once before serving requests.
-func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.Store) (*Manager, error) {
+// New returns a Manager with the template store tmpl, or, when tmpl is
+// nil, the one cfg.NewTemplates builds. Call Recover once before serving
+// requests.
+func New(cfg Config, backend runtime.Backend, tmpl Templates, st store.Store) (*Manager, error) {
 	if cfg.DataDir == "" || cfg.RunDir == "" || cfg.RunnerDir == "" {
 		return nil, fmt.Errorf("sandbox manager: data, run and runner dirs are required: %w", errdefs.ErrInvalidArgument)
 	}
@@ -172,6 +176,13 @@ func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.
 		store:     st,
 		hooks:     hs,
 		sandboxes: make(map[string]*box),
+	}
+	if tmpl == nil && cfg.NewTemplates != nil {
+		t, err := cfg.NewTemplates(m.StepRunner(), m.AdmitTemplateLayer)
+		if err != nil {
+			return nil, err
+		}
+		m.templates = t
 	}
 	if err := m.provision(cfg.Extensions); err != nil {
 		return nil, err
