@@ -201,6 +201,12 @@ func (m *Manager) forkOne(ctx context.Context, id string, ck store.CheckpointRec
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	if err := m.onCreate(ctx, b); err != nil {
+		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
+		m.observeBox(ctx, OpCreate, b, "fork of "+ck.Checkpoint.ID, err)
+		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
+	}
+	m.observeBox(ctx, OpCreate, b, "fork of "+ck.Checkpoint.ID, nil)
 	return b.view(), nil
 }
 

@@ -1,9 +1,14 @@
 // Package sandbox is the daemon's core: it owns the life of every sandbox
 // from create to delete, wiring the isolation backend (internal/runtime), the
 // template and layer stores, the in-sandbox guest client and the metadata
-// store. Every trigger (API, CLI, SDK, and later schedules and webhooks)
-// reaches sandboxes only through the Manager's methods, so metering, audit
-// and policy have one place to live.
+// store. Every trigger (API, CLI, SDK, schedules and webhooks) reaches
+// sandboxes only through the Manager's methods, so metering, audit and
+// policy have one place to live.
+//
+// Features (secrets and run tokens, events, tunnels, network policy) are
+// not called by the core: they are Extensions, given to New, that attach
+// through the extension points of hooks.go. This package imports no
+// feature package; see docs/EXTENSIONS.md.
 //
 // Concurrency: Manager methods are safe for concurrent use. Operations on one
 // sandbox are ordered by that sandbox's lifecycle lock: exec and file calls
