@@ -245,7 +245,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	pipe, err := newPipeline(cfg, mgr, st, log)
+	pipe, err := newPipeline(cfg, mgr, network, st, log)
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +376,12 @@ type service struct {
 	gc *collector // background layer collections after deletes
 }
 
-var _ httpapi.Service = service{}
+var (
+	_ httpapi.Service        = service{}
+	_ httpapi.SecretService  = service{} // runsecrets
+	_ httpapi.EventService   = service{} // sandboxevents
+	_ httpapi.NetworkService = service{} // sandboxnet
+)
 
 func (s service) Attach(ctx context.Context, id string, pid int, replay bool) (httpapi.ExecStream, error) {
 	st, err := s.Manager.Attach(ctx, id, pid, replay)
