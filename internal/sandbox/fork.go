@@ -39,7 +39,8 @@ const (
 // Forks inherit the source sandbox's template, resources and environment
 // (req.Env is merged over it) and carry req.Labels. All or nothing: on
 // error no fork is left.
-func (m *Manager) ForkCheckpoint(ctx context.Context, cid string, req api.ForkRequest) (api.ForkResult, error) {
+func (m *Manager) ForkCheckpoint(ctx context.Context, cid string, req api.ForkRequest) (_ api.ForkResult, err error) {
+	defer func() { m.observeID(ctx, OpFork, "", cid, err) }()
 	if err := validateFork(&req); err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", cid, err)
 	}
@@ -53,7 +54,8 @@ func (m *Manager) ForkCheckpoint(ctx context.Context, cid string, req api.ForkRe
 // ForkSandbox checkpoints the running sandbox id (a checkpoint named "fork"
 // labelled agentbox.implicit=fork, listed like any other) and forks it; see
 // ForkCheckpoint.
-func (m *Manager) ForkSandbox(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
+func (m *Manager) ForkSandbox(ctx context.Context, id string, req api.ForkRequest) (_ api.ForkResult, err error) {
+	defer func() { m.observeID(ctx, OpFork, id, "", err) }()
 	if err := validateFork(&req); err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}

@@ -204,6 +204,14 @@ const (
 	OpGuestCall    = "guest_call" // files, stdin, signals, resize, process list
 	OpTransition   = "transition" // a state change; Op.Transition says which
 	OpEvent        = "event"      // an event the core reports (OOM kill); Op.Event
+
+	OpCheckpoint       = "checkpoint"        // Detail: the checkpoint's name
+	OpDeleteCheckpoint = "delete_checkpoint" // Detail: the checkpoint id
+	OpRestore          = "restore"           // Detail: the checkpoint reference
+	OpFork             = "fork"              // Detail: the checkpoint id (fork of a checkpoint)
+	OpMerge            = "merge"
+	OpSaveTemplate     = "save_template" // Detail: the template's name
+	OpUpgrade          = "upgrade"
 )
 
 // Op is one operation as an Observer sees it.
@@ -540,6 +548,24 @@ func (m *Manager) observeBox(ctx context.Context, kind string, b *box, detail st
 		return
 	}
 	m.observe(ctx, Op{Kind: kind, Sandbox: b.id(), Tenant: b.owner(), Detail: detail, Err: err})
+}
+
+// observeID shows an operation on sandbox id ("" for none, e.g. a
+// checkpoint's) that ended with err.
+func (m *Manager) observeID(ctx context.Context, kind, id, detail string, err error) {
+	if len(m.hooks.observers) == 0 {
+		return
+	}
+	op := Op{Kind: kind, Sandbox: id, Detail: detail, Err: err}
+	if id != "" {
+		m.mu.Lock()
+		b := m.sandboxes[id]
+		m.mu.Unlock()
+		if b != nil {
+			op.Tenant = b.owner()
+		}
+	}
+	m.observe(ctx, op)
 }
 
 // observeTransition shows b's last transition (one recorded without
