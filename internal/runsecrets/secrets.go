@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 // Per-command secrets and per-run tokens.
@@ -268,7 +269,7 @@ func (m *Secrets) prepareRun(ctx context.Context, h *sandbox.Handle, req *api.Ex
 		if env == "" {
 			env = s.Name
 		}
-		if !sandbox.ValidEnvName(env) {
+		if validate.EnvName(env) != nil {
 			return nil, fmt.Errorf("secret %s: environment variable name %q is not valid: %w", s.Name, env, errdefs.ErrInvalidArgument)
 		}
 		if seenEnv[env] || (token && env == api.RunTokenEnv) {
@@ -280,8 +281,8 @@ func (m *Secrets) prepareRun(ctx context.Context, h *sandbox.Handle, req *api.Ex
 		if err != nil {
 			return nil, err
 		}
-		if len(v) > sandbox.MaxEnvValueLen || containsNUL(v) {
-			return nil, fmt.Errorf("secret %s cannot be placed in an environment variable (NUL byte or over %d bytes): %w", s.Name, sandbox.MaxEnvValueLen, errdefs.ErrInvalidArgument)
+		if len(v) > validate.MaxValueLen || containsNUL(v) {
+			return nil, fmt.Errorf("secret %s cannot be placed in an environment variable (NUL byte or over %d bytes): %w", s.Name, validate.MaxValueLen, errdefs.ErrInvalidArgument)
 		}
 		req.Env[env] = string(v)
 		values[s.Name] = v

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock"
 )
 
 // recExt records the hooks called on it, in order, into a shared log.
@@ -76,7 +77,7 @@ func TestExecChainOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &Manager{hooks: hs, cfg: Config{Clock: realClock{}}}
+	m := &Manager{hooks: hs, cfg: Config{Clock: clock.Real{}}}
 	b := &box{}
 	var req api.ExecRequest
 	chain, err := m.wrapExec(context.Background(), b, &req)
@@ -103,7 +104,7 @@ func TestExecChainAbortsOnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &Manager{hooks: hs, cfg: Config{Clock: realClock{}}}
+	m := &Manager{hooks: hs, cfg: Config{Clock: clock.Real{}}}
 	var req api.ExecRequest
 	if _, err := m.wrapExec(context.Background(), &box{}, &req); err == nil || !strings.Contains(err.Error(), "c refuses") {
 		t.Fatalf("wrapExec error = %v, want c's", err)
@@ -119,7 +120,7 @@ func TestObserversSeeOpsInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &Manager{hooks: hs, cfg: Config{Clock: realClock{}}}
+	m := &Manager{hooks: hs, cfg: Config{Clock: clock.Real{}}}
 	m.observe(context.Background(), Op{Kind: OpExec})
 	m.observe(context.Background(), Op{Kind: OpDelete})
 	if got, want := strings.Join(log, " "), "a.observe:exec b.observe:exec a.observe:delete b.observe:delete"; got != want {

@@ -29,6 +29,7 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/layers"
@@ -75,7 +76,7 @@ type Config struct {
 	Logger  *slog.Logger
 	// Clock drives idle policies and lifetimes (lifecycle.go); nil is the
 	// real clock. Tests inject a fake one.
-	Clock Clock
+	Clock clock.Clock
 	// Quotas admits new sandboxes, layers and runs against their
 	// tenant's quotas (tenancy.go); nil limits nothing. It is given at
 	// construction, not set later, so that nothing the Manager starts
@@ -133,7 +134,7 @@ type box struct {
 	rec     store.SandboxRecord
 	rt      runtime.Sandbox
 	deleted bool
-	expiry  Timer
+	expiry  clock.Timer
 	lc      boxLifecycle // idle accounting; see lifecycle.go
 	// pool is the template whose warm pool holds the sandbox until it is
 	// claimed (pool.go); "" for every handed-out sandbox.
@@ -154,7 +155,7 @@ func New(cfg Config, backend runtime.Backend, tmpl Templates, st store.Store) (*
 		cfg.DefaultTemplate = "busybox"
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = clock.Real{}
 	}
 	// Both are for host root only: the backend hands a guest its mounts,
 	// so no sandbox uid ever resolves a path below the data dir.
