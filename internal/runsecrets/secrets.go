@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -222,7 +223,7 @@ type execRun struct {
 }
 
 // Started implements sandbox.ExecRun.
-func (e *execRun) Started(pid int, s sandbox.ExecStream) sandbox.ExecStream {
+func (e *execRun) Started(pid int, s execstream.Stream) execstream.Stream {
 	if s == nil {
 		e.m.followRun(e.h, e.r, pid)
 		return nil
@@ -235,7 +236,7 @@ func (e *execRun) Abort() { e.m.endRun(e.r) }
 
 // WrapStream implements sandbox.StreamWrapper: the output of an attach or
 // watch is redacted like the exec's.
-func (m *Secrets) WrapStream(h *sandbox.Handle, pid int, s sandbox.ExecStream) sandbox.ExecStream {
+func (m *Secrets) WrapStream(h *sandbox.Handle, pid int, s execstream.Stream) execstream.Stream {
 	return m.wrapStream(h, s, nil, pid)
 }
 

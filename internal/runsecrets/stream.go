@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -15,7 +16,7 @@ import (
 // before the event is delivered, so a client that has seen the exit can
 // rely on the token being dead.
 type runStream struct {
-	inner sandbox.ExecStream
+	inner execstream.Stream
 	red   *redact.Redactor // nil: nothing to redact
 	// onExit runs once, when the exit or error event passes.
 	onExit func()
@@ -31,7 +32,7 @@ type runStream struct {
 
 // wrapStream returns s wrapped for sandbox h when there is anything to
 // redact or a run to end; otherwise s itself.
-func (m *Secrets) wrapStream(h *sandbox.Handle, s sandbox.ExecStream, r *run, pid int) sandbox.ExecStream {
+func (m *Secrets) wrapStream(h *sandbox.Handle, s execstream.Stream, r *run, pid int) execstream.Stream {
 	red := m.Redactor(h.ID())
 	if red == nil && r == nil {
 		return s
@@ -45,7 +46,7 @@ func (m *Secrets) wrapStream(h *sandbox.Handle, s sandbox.ExecStream, r *run, pi
 	return rs
 }
 
-// Next implements sandbox.ExecStream.
+// Next implements execstream.Stream.
 func (s *runStream) Next() (api.ExecEvent, error) {
 	for {
 		if len(s.queue) > 0 {
@@ -101,7 +102,7 @@ func (s *runStream) fire(exited bool) {
 	}
 }
 
-// Close implements sandbox.ExecStream. Closing before the exit leaves the process
+// Close implements execstream.Stream. Closing before the exit leaves the process
 // running; its run then ends when the process does.
 func (s *runStream) Close() error {
 	err := s.inner.Close()

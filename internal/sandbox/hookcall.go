@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/execstream"
 )
 
 // How the core calls the extension points of hooks.go.
@@ -196,7 +197,7 @@ func (c execChain) abort() {
 
 // started tells every run, last first, that process pid started, threading
 // s (nil for a background process) through them.
-func (c execChain) started(pid int, s ExecStream) ExecStream {
+func (c execChain) started(pid int, s execstream.Stream) execstream.Stream {
 	for i := len(c) - 1; i >= 0; i-- {
 		if w := c[i].Started(pid, s); s != nil && w != nil {
 			s = w
@@ -207,7 +208,7 @@ func (c execChain) started(pid int, s ExecStream) ExecStream {
 
 // wrapStream passes the stream of an attach or watch of process pid
 // through the stream wrappers, last first.
-func (m *Manager) wrapStream(b *box, pid int, s ExecStream) ExecStream {
+func (m *Manager) wrapStream(b *box, pid int, s execstream.Stream) execstream.Stream {
 	h := m.handle(b)
 	for i := len(m.hooks.stream) - 1; i >= 0; i-- {
 		if w := m.hooks.stream[i].h.WrapStream(h, pid, s); w != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/execstream"
 )
 
 // Extension points.
@@ -170,7 +171,7 @@ type ExecRun interface {
 	// a foreground exec s is its event stream and the returned stream
 	// replaces it; for a background process s is nil and the result is
 	// ignored.
-	Started(pid int, s ExecStream) ExecStream
+	Started(pid int, s execstream.Stream) execstream.Stream
 	// Abort: the process did not start.
 	Abort()
 }
@@ -178,7 +179,7 @@ type ExecRun interface {
 // StreamWrapper wraps the output of attaching to (or watching) a process
 // that is already running.
 type StreamWrapper interface {
-	WrapStream(h *Handle, pid int, s ExecStream) ExecStream
+	WrapStream(h *Handle, pid int, s execstream.Stream) execstream.Stream
 }
 
 // Observer sees every operation of the core (see Op). Observe is called

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/clock"
+	"github.com/agentbox/agentbox/internal/execstream"
 )
 
 // recExt records the hooks called on it, in order, into a shared log.
@@ -37,7 +38,7 @@ func (e *recExt) Observe(ctx context.Context, op Op) {
 
 type recRun struct{ e *recExt }
 
-func (r *recRun) Started(pid int, s ExecStream) ExecStream {
+func (r *recRun) Started(pid int, s execstream.Stream) execstream.Stream {
 	*r.e.log = append(*r.e.log, r.e.name+".started")
 	if s == nil {
 		return nil
@@ -49,7 +50,7 @@ func (r *recRun) Abort() { *r.e.log = append(*r.e.log, r.e.name+".abort") }
 
 // tagStream names the wrapper that made it.
 type tagStream struct {
-	ExecStream
+	execstream.Stream
 	tag string
 }
 
