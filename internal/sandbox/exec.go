@@ -71,7 +71,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (exe
 
 // exec runs req through the exec wrappers and starts it in b's guest.
 func (m *Manager) exec(ctx context.Context, b *box, req api.ExecRequest) (execstream.Stream, error) {
-	chain, err := m.wrapExec(ctx, b, &req)
+	chain, err := m.wrapExecChecked(ctx, b, &req)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 // startProcess runs req through the exec wrappers and starts it in b's
 // guest in the background.
 func (m *Manager) startProcess(ctx context.Context, b *box, req api.ExecRequest) (api.Process, error) {
-	chain, err := m.wrapExec(ctx, b, &req)
+	chain, err := m.wrapExecChecked(ctx, b, &req)
 	if err != nil {
 		return api.Process{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/execstream"
 )
 
@@ -91,8 +92,18 @@ func (m *Manager) provision(exts []Extension) error {
 	return nil
 }
 
-// prepare runs the prepare hooks on a create request.
+// prepare runs the prepare hooks on a create request. Without any, the
+// request's network spec is refused unless it asks for nothing (mode
+// "none" without rules, recorded as no spec), as a daemon without an
+// egress proxy refuses it: it is never recorded unvalidated.
 func (m *Manager) prepare(ctx context.Context, req *api.CreateSandboxRequest) error {
+	if len(m.hooks.prepare) == 0 && req.Network != nil {
+		n := req.Network
+		if (n.Mode != "" && n.Mode != api.NetworkNone) || len(n.Allow)+len(n.Deny)+len(n.Credentials) > 0 {
+			return fmt.Errorf("network mode %q: this daemon has no egress proxy: %w", n.Mode, errdefs.ErrFailedPrecondition)
+		}
+		req.Network = nil
+	}
 	for _, x := range m.hooks.prepare {
 		if err := x.h.PrepareCreate(ctx, req); err != nil {
 			return err
@@ -165,6 +176,21 @@ func (m *Manager) onDelete(ctx context.Context, id string) {
 	for _, x := range m.hooks.delete {
 		x.h.OnDelete(ctx, id)
 	}
+}
+
+// wrapExecChecked is wrapExec, then refuses a request whose secrets or
+// run token no wrapper took (a Manager without the runsecrets extension):
+// they are never passed to the guest unresolved.
+func (m *Manager) wrapExecChecked(ctx context.Context, b *box, req *api.ExecRequest) (execChain, error) {
+	chain, err := m.wrapExec(ctx, b, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Secrets) > 0 || req.Token {
+		chain.abort()
+		return nil, fmt.Errorf("secrets and run tokens are not configured: %w", errdefs.ErrFailedPrecondition)
+	}
+	return chain, nil
 }
 
 // execChain is the ExecRuns of one process, in registration order.

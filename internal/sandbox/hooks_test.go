@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/clock"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/execstream"
 )
 
@@ -126,5 +127,30 @@ func TestObserversSeeOpsInOrder(t *testing.T) {
 	m.observe(context.Background(), Op{Kind: OpDelete})
 	if got, want := strings.Join(log, " "), "a.observe:exec b.observe:exec a.observe:delete b.observe:delete"; got != want {
 		t.Errorf("observed %q, want %q", got, want)
+	}
+}
+
+func TestUnhandledSecretsRefused(t *testing.T) {
+	m := &Manager{cfg: Config{Clock: clock.Real{}}}
+	for _, req := range []api.ExecRequest{{Secrets: []api.ExecSecret{{Name: "a"}}}, {Token: true}} {
+		if _, err := m.wrapExecChecked(context.Background(), &box{}, &req); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Errorf("%+v without a secrets extension: %v, want failed precondition", req, err)
+		}
+	}
+	req := api.ExecRequest{Cmd: []string{"true"}}
+	if _, err := m.wrapExecChecked(context.Background(), &box{}, &req); err != nil {
+		t.Errorf("plain exec without extensions: %v", err)
+	}
+}
+
+func TestNetworkRefusedWithoutPrepareHook(t *testing.T) {
+	m := &Manager{cfg: Config{Clock: clock.Real{}}}
+	req := api.CreateSandboxRequest{Network: &api.NetworkSpec{Mode: api.NetworkEgress}}
+	if err := m.prepare(context.Background(), &req); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("egress without a network extension: %v, want failed precondition", err)
+	}
+	req = api.CreateSandboxRequest{Network: &api.NetworkSpec{Mode: api.NetworkNone}}
+	if err := m.prepare(context.Background(), &req); err != nil || req.Network != nil {
+		t.Errorf("mode none without a network extension: %v, spec %v; want accepted as no spec", err, req.Network)
 	}
 }
