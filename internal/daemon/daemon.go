@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandboxevents"
 	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/snapshot"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant/registry"
@@ -274,7 +275,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(mgr)
-	svc := service{mgr, sec, events, network, pipe, tenants, gc}
+	snaps := snapshot.New(snapshot.Config{Sandboxes: mgr, IDs: ids, Logger: log})
+	svc := service{mgr, sec, events, network, snaps, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -371,6 +373,7 @@ type service struct {
 	*runsecrets.Secrets     // secrets API
 	*sandboxevents.Recorder // sandbox events API
 	*sandboxnet.Network     // network policy and egress log API
+	*snapshot.Snapshots     // diff, tree hash and merge API
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes
@@ -381,4 +384,6 @@ var (
 	_ httpapi.SecretService  = service{} // runsecrets
 	_ httpapi.EventService   = service{} // sandboxevents
 	_ httpapi.NetworkService = service{} // sandboxnet
+	_ httpapi.DiffService    = service{} // snapshot
+	_ httpapi.MergeService   = service{} // snapshot
 )
