@@ -2,11 +2,17 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // What the core offers features that read sandboxes' files on the host
@@ -35,23 +41,6 @@ func (m *Manager) ReadFS(ctx context.Context, id string) (dirs []string, release
 		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	return append([]string{upper}, lowers...), b.life.RUnlock, nil
-}
-
-// CheckpointDirs returns checkpoint ref (its id, else the newest
-// checkpoint of that name the caller of ctx sees) and the host
-// directories of its layer chain, top-most first. Checkpoints are
-// immutable: the directories stay as they are while the checkpoint exists.
-func (m *Manager) CheckpointDirs(ctx context.Context, ref string) (api.Checkpoint, []string, error) {
-	rec, err := m.findCheckpointNamed(ctx, ref, nil)
-	if err != nil {
-		return api.Checkpoint{}, nil, err
-	}
-	dirs, err := m.cfg.Layers.Paths(rec.Layer)
-	if err != nil {
-		return api.Checkpoint{}, nil, fmt.Errorf("checkpoint %s: %w", rec.Checkpoint.ID, err)
-	}
-	rec.Checkpoint.DurationMS = 0
-	return rec.Checkpoint, dirs, nil
 }
 
 // TemplateDirs resolves template name as a create would (the caller's
@@ -92,4 +81,216 @@ func (m *Manager) Report(ctx context.Context, op Op) {
 		}
 	}
 	m.observe(ctx, op)
+}
+
+// What the core offers the checkpoint feature (internal/snapshot:
+// checkpoints, restore, fork, exec transactions). A checkpoint is a layer
+// of the layer store; the feature keeps the records and the layers' own
+// references, the core the sandboxes that run on them.
+
+// LayerOwner names the reference sandbox id holds on the top layer it runs
+// on when that layer is no template's (a checkpoint's: the sandbox was
+// forked or restored). The feature takes it before CreateFork or
+// Handle.Reset; the core drops it when the sandbox is deleted, and at
+// start-up for every sandbox that no longer exists.
+func LayerOwner(id string) string { return sandboxRef(id) }
+
+// NewID returns a fresh sandbox id.
+func NewID() string { return newID() }
+
+// LockRunning wakes sandbox id when it sleeps, takes its operation lock
+// exclusively and checks that it runs (ErrConflict otherwise; ErrNotFound
+// when it is being deleted). Checkpoint, restore and fork hold it: they
+// are serialised with each other, with delete, and with the set-up of exec
+// and file calls. The caller calls unlock, once; meanwhile it may call
+// the Handle's Dirs, Frozen and Reset, and no Manager method that takes
+// the same sandbox's lock.
+func (m *Manager) LockRunning(ctx context.Context, id string) (h *Handle, unlock func(), err error) {
+	b, unlock, err := m.lockRunning(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.handle(b), unlock, nil
+}
+
+// Dirs returns the sandbox's writable upper directory and the host
+// directories of the layers it runs on, top-most first. They change only
+// with Reset (and a delete): the caller holds the sandbox's lock.
+func (h *Handle) Dirs() (upper string, lowers []string) {
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	return h.b.rec.UpperDir, slices.Clone(h.b.rec.Layers)
+}
+
+// Frozen runs fn with the sandbox's processes frozen, when its backend can
+// freeze them (runtime.Pauser; otherwise they keep running), and thaws
+// them on every path; a failure to thaw is joined to fn's error. The
+// caller holds the sandbox's lock (LockRunning).
+func (h *Handle) Frozen(ctx context.Context, fn func() error) (err error) {
+	if p, ok := h.Runtime().(runtime.Pauser); ok {
+		if err := p.Pause(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			if rerr := p.Resume(context.WithoutCancel(ctx)); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("thawing: %w", rerr))
+			}
+		}()
+	}
+	return fn()
+}
+
+// Reset puts the sandbox on new layers: its guest and every process are
+// stopped, its layers become lowers (top-most first) with an empty
+// writable upper directory on top, and the guest is started again under
+// the same id, hostname and socket; StartHook.OnStart runs with cause
+// StartRestore and the record is saved. The caller holds the sandbox's
+// lock (LockRunning) and the sandbox's reference on lowers' top layer
+// (LayerOwner). When the guest cannot be started again the sandbox is
+// left stopped (only delete works) and the error returned. It runs to its
+// end even when ctx is cancelled.
+func (h *Handle) Reset(ctx context.Context, lowers []string) error {
+	m, b := h.m, h.b
+	ctx = context.WithoutCancel(ctx)
+	id := b.id()
+	var old runtime.Sandbox
+	fail := func(err error) error {
+		b.mu.Lock()
+		b.rt = old
+		m.setStateLocked(b, api.StateStopped, api.CauseError, "restore failed")
+		r := b.rec
+		b.mu.Unlock()
+		r.UpdatedAt = time.Now().UTC()
+		if perr := m.store.PutSandbox(ctx, r); perr != nil {
+			m.log.ErrorContext(ctx, "saving sandbox record", "sandbox", id, "err", perr)
+		}
+		return err
+	}
+	old, err := m.stopGuestLocked(ctx, b)
+	if err != nil {
+		return fail(err)
+	}
+	trash, err := m.freshUpper(id)
+	if err != nil {
+		return fail(err)
+	}
+	go func() { _ = os.RemoveAll(trash) }()
+	if err := m.startGuestLocked(ctx, b, lowers); err != nil {
+		return fail(err)
+	}
+	m.onStart(ctx, b, StartRestore)
+	return m.saveLocked(ctx, b)
+}
+
+// ForkSpec is a sandbox CreateFork makes on the layers of a checkpoint.
+type ForkSpec struct {
+	// ID is the new sandbox's id (NewID); the caller holds its reference
+	// (LayerOwner) on Layers' top layer.
+	ID string
+	// Base is the checkpoint's id: the fork's merge base (Handle.ForkBase).
+	Base string
+	// Layers are the checkpoint's layer directories, top-most first.
+	Layers []string
+	// The new sandbox's owner, template, environment, labels and
+	// resources (its disk cap included: its writable layer starts empty
+	// under a quota of its own).
+	Tenant, Template, TemplateID string
+	Env, Labels                  map[string]string
+	Resources                    api.Resources
+}
+
+// CreateFork creates and starts sandbox spec.ID with a fresh identity:
+// its hostname is its id, and its writable layer gets its own
+// /etc/machine-id and /var/lib/systemd/random-seed, never the source's.
+// The create hooks run as for any create, and observers see an OpCreate.
+// On error nothing of the sandbox is left but the caller's layer
+// reference. Admission is the caller's (AdmitSandboxes).
+func (m *Manager) CreateFork(ctx context.Context, spec ForkSpec) (_ api.Sandbox, err error) {
+	id := spec.ID
+	p := m.paths(id)
+	rec := store.SandboxRecord{
+		Sandbox: api.Sandbox{
+			ID:         id,
+			Tenant:     tenant.Owner(spec.Tenant),
+			Template:   spec.Template,
+			TemplateID: spec.TemplateID,
+			State:      api.StateCreating,
+			Env:        spec.Env,
+			Labels:     cloneMap(spec.Labels),
+			Resources:  spec.Resources,
+			Hostname:   id,
+			Backend:    m.backend.Capabilities().Name,
+			CreatedAt:  time.Now().UTC(),
+		},
+		Layers:     spec.Layers,
+		UpperDir:   p.upper,
+		WorkDir:    p.work,
+		SocketPath: p.socket,
+		StateDir:   p.state,
+	}
+	setExtra(&rec, recordExtra{ForkBase: spec.Base})
+	remove, err := m.makeSandboxDir(ctx, rec)
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
+	}
+	defer func() {
+		if err != nil {
+			remove()
+		}
+	}()
+	if err := writeIdentity(p.upper, spec.Layers, int(m.cfg.IDs.HostID)); err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating fork %s: writing identity: %w", id, err)
+	}
+	b, err := m.start(ctx, rec, false)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := m.onCreate(ctx, b); err != nil {
+		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
+		m.observeBox(ctx, OpCreate, b, "fork of "+spec.Base, err)
+		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
+	}
+	m.observeBox(ctx, OpCreate, b, "fork of "+spec.Base, nil)
+	return b.view(), nil
+}
+
+// AdmitSandboxes admits n new sandboxes of tenant, each with disk bytes
+// of disk limit, against its quotas (Config.Quotas); the caller calls
+// release once they are created (or not).
+func (m *Manager) AdmitSandboxes(ctx context.Context, tenant string, n int, disk int64) (release func(), err error) {
+	_, release, err = m.admitSandboxes(ctx, tenant, n, disk)
+	return release, err
+}
+
+// AdmitLayer admits a new layer of tenant against its disk quota; the
+// caller calls release once the layer is recorded (or dropped).
+func (m *Manager) AdmitLayer(ctx context.Context, tenant, layer string) (release func(), err error) {
+	return m.admitLayer(ctx, tenant, layer)
+}
+
+// AdmitExec admits a run in sandbox id against its tenant's quotas, as
+// Exec does first.
+func (m *Manager) AdmitExec(ctx context.Context, id string) error { return m.admitExec(ctx, id) }
+
+// RescueHook is an Extension that can put back the files of a sandbox on
+// which no guest starts any more (a runner upgrade whose every fallback
+// failed): the checkpoint feature restores its latest checkpoint.
+type RescueHook interface {
+	// Rescue runs with h's lock held exclusively and no guest running; it
+	// may call h.Reset. It reports what the sandbox was put back to (a
+	// checkpoint id) and whether a guest runs again; false when it had
+	// nothing to put back or failed (it logs why).
+	Rescue(ctx context.Context, h *Handle) (to string, ok bool)
+}
+
+// rescue asks the RescueHooks, in registration order, to put b back.
+func (m *Manager) rescue(ctx context.Context, b *box) (string, bool) {
+	for _, e := range m.cfg.Extensions {
+		if r, ok := e.(RescueHook); ok {
+			if to, ok := r.Rescue(ctx, m.handle(b)); ok {
+				return to, true
+			}
+		}
+	}
+	return "", false
 }

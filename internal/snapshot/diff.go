@@ -80,11 +80,19 @@ func (m *Snapshots) sandboxState(ctx context.Context, id string) (fsState, error
 }
 
 func (m *Snapshots) checkpointState(ctx context.Context, ref string) (fsState, error) {
-	ck, dirs, err := m.sbx.CheckpointDirs(ctx, ref)
+	_, ls, err := m.checkpoints()
 	if err != nil {
 		return fsState{}, err
 	}
-	return fsState{ref: "checkpoint:" + ck.ID, dirs: dirs, release: func() {}}, nil
+	rec, err := m.findCheckpointNamed(ctx, ref, nil)
+	if err != nil {
+		return fsState{}, err
+	}
+	dirs, err := ls.Paths(rec.Layer)
+	if err != nil {
+		return fsState{}, fmt.Errorf("checkpoint %s: %w", rec.Checkpoint.ID, err)
+	}
+	return fsState{ref: "checkpoint:" + rec.Checkpoint.ID, dirs: dirs, release: func() {}}, nil
 }
 
 func (m *Snapshots) templateState(ctx context.Context, name string) (fsState, error) {

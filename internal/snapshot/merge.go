@@ -78,7 +78,7 @@ func (m *Snapshots) mergeBase(ctx context.Context, target, from string) (api.Che
 		if cand.base == "" {
 			continue
 		}
-		ck, err := m.sbx.GetCheckpoint(ctx, cand.base)
+		ck, err := m.GetCheckpoint(ctx, cand.base)
 		if errdefs.IsNotFound(err) {
 			continue
 		}
@@ -187,7 +187,7 @@ func planMerge(ctx context.Context, base, ours, theirs *layers.View, req api.Mer
 // the package comment above. With unresolved conflicts it returns the
 // result (with the conflicts) and an error wrapping errdefs.ErrConflict.
 func (m *Snapshots) Merge(ctx context.Context, target string, req api.MergeRequest) (_ api.MergeResult, err error) {
-	defer func() { m.sbx.Report(ctx, sandbox.Op{Kind: sandbox.OpMerge, Sandbox: target, Err: err}) }()
+	defer func() { m.report(ctx, sandbox.OpMerge, target, "", err) }()
 	if err := validateMerge(target, req); err != nil {
 		return api.MergeResult{}, fmt.Errorf("merging into %s: %w", target, err)
 	}
@@ -202,7 +202,7 @@ func (m *Snapshots) Merge(ctx context.Context, target string, req api.MergeReque
 			return res, err
 		}
 	} else {
-		ck, err := m.sbx.CreateCheckpoint(ctx, target, api.CreateCheckpointRequest{Name: "merge", Labels: map[string]string{sandbox.LabelImplicit: "merge"}})
+		ck, err := m.CreateCheckpoint(ctx, target, api.CreateCheckpointRequest{Name: "merge", Labels: map[string]string{LabelImplicit: "merge"}})
 		if err != nil {
 			return res, fmt.Errorf("merging into %s: %w", target, err)
 		}
@@ -242,10 +242,10 @@ func (m *Snapshots) Merge(ctx context.Context, target string, req api.MergeReque
 		cctx := context.WithoutCancel(ctx)
 		if !wrote {
 			// Nothing was written: the checkpoint is not needed.
-			if derr := m.sbx.DeleteCheckpoint(cctx, res.Checkpoint); derr != nil {
+			if derr := m.DeleteCheckpoint(cctx, res.Checkpoint); derr != nil {
 				m.log.WarnContext(ctx, "deleting merge checkpoint", "checkpoint", res.Checkpoint, "err", derr)
 			}
-		} else if _, rerr := m.sbx.Restore(cctx, target, res.Checkpoint); rerr != nil {
+		} else if _, rerr := m.Restore(cctx, target, res.Checkpoint); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("restoring %s after the failed merge: %w", target, rerr))
 		}
 		res.Checkpoint = ""
