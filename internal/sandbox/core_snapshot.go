@@ -204,7 +204,7 @@ type ForkSpec struct {
 // /etc/machine-id and /var/lib/systemd/random-seed, never the source's.
 // The create hooks run as for any create, and observers see an OpCreate.
 // On error nothing of the sandbox is left but the caller's layer
-// reference. Admission is the caller's (AdmitSandboxes).
+// reference. Admission against the tenant's quotas is the caller's.
 func (m *Manager) CreateFork(ctx context.Context, spec ForkSpec) (_ api.Sandbox, err error) {
 	id := spec.ID
 	p := m.paths(id)
@@ -253,24 +253,6 @@ func (m *Manager) CreateFork(ctx context.Context, spec ForkSpec) (_ api.Sandbox,
 	m.observeBox(ctx, OpCreate, b, "fork of "+spec.Base, nil)
 	return b.view(), nil
 }
-
-// AdmitSandboxes admits n new sandboxes of tenant, each with disk bytes
-// of disk limit, against its quotas (Config.Quotas); the caller calls
-// release once they are created (or not).
-func (m *Manager) AdmitSandboxes(ctx context.Context, tenant string, n int, disk int64) (release func(), err error) {
-	_, release, err = m.admitSandboxes(ctx, tenant, n, disk)
-	return release, err
-}
-
-// AdmitLayer admits a new layer of tenant against its disk quota; the
-// caller calls release once the layer is recorded (or dropped).
-func (m *Manager) AdmitLayer(ctx context.Context, tenant, layer string) (release func(), err error) {
-	return m.admitLayer(ctx, tenant, layer)
-}
-
-// AdmitExec admits a run in sandbox id against its tenant's quotas, as
-// Exec does first.
-func (m *Manager) AdmitExec(ctx context.Context, id string) error { return m.admitExec(ctx, id) }
 
 // RescueHook is an Extension that can put back the files of a sandbox on
 // which no guest starts any more (a runner upgrade whose every fallback

@@ -16,9 +16,9 @@ import (
 )
 
 // The checkpoint feature on a test Manager (layerquota_export_test.go).
-func snapshots(t *testing.T, m *sandbox.Manager) *snapshot.Snapshots {
+func snapshots(t *testing.T, m *sandbox.Manager, q sandbox.Quotas) *snapshot.Snapshots {
 	t.Helper()
-	s := snapshot.New(snapshot.Config{Layers: sandbox.LayersOf(m), Checkpoints: sandbox.CheckpointStoreOf(m), IDs: sandbox.IDsOf(m)})
+	s := snapshot.New(snapshot.Config{Layers: sandbox.LayersOf(m), Checkpoints: sandbox.CheckpointStoreOf(m), IDs: sandbox.IDsOf(m), Quotas: q})
 	if err := s.Provision(m); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func checkpointIDs(t *testing.T, s *snapshot.Snapshots) []string {
 // tenant's.
 func TestLayerAdmission(t *testing.T) {
 	m, q, base := sandbox.LayerManager(t)
-	s := snapshots(t, m)
+	s := snapshots(t, m, q)
 	ctx := context.Background()
 	acme := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: "acme", Scope: api.ScopeFull})
 	id := sandbox.CreateOn(t, m, "acme", base)

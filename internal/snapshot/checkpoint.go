@@ -144,7 +144,7 @@ func (m *Snapshots) checkpointLocked(ctx context.Context, h *sandbox.Handle, req
 	if err := ls.Ref(ctx, layer.ID, checkpointRef(cid)); err != nil {
 		return store.CheckpointRecord{}, err
 	}
-	release, err := m.sbx.AdmitLayer(ctx, rec.Checkpoint.Tenant, layer.ID)
+	release, err := m.admitLayer(ctx, rec.Checkpoint.Tenant, layer.ID)
 	if err != nil {
 		m.dropLayer(context.WithoutCancel(ctx), layer.ID, checkpointRef(cid))
 		return store.CheckpointRecord{}, err

@@ -87,7 +87,7 @@ func (m *Snapshots) fork(ctx context.Context, ck store.CheckpointRecord, req api
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", ck.Checkpoint.ID, err)
 	}
 	// Forks belong to the checkpoint's tenant and count against its quotas.
-	release, err := m.sbx.AdmitSandboxes(ctx, ck.Checkpoint.Tenant, req.Count, ck.Resources.DiskBytes)
+	release, err := m.admitSandboxes(ctx, ck.Checkpoint.Tenant, req.Count, ck.Resources.DiskBytes)
 	if err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", ck.Checkpoint.ID, err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Sandboxes is what Snapshots needs of the sandbox core; *sandbox.Manager
@@ -43,9 +44,6 @@ type Sandboxes interface {
 	CreateFork(ctx context.Context, spec sandbox.ForkSpec) (api.Sandbox, error)
 	ReadFS(ctx context.Context, id string) (dirs []string, release func(), err error)
 	TemplateDirs(ctx context.Context, name string) (string, []string, error)
-	AdmitSandboxes(ctx context.Context, tenant string, n int, disk int64) (func(), error)
-	AdmitLayer(ctx context.Context, tenant, layer string) (func(), error)
-	AdmitExec(ctx context.Context, id string) error
 	// Calls as the API serves them.
 	DeleteSandbox(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error)
@@ -65,7 +63,11 @@ type Config struct {
 	// IDs is the canonical host id range layers and upper dirs are owned
 	// by on disk (sandbox.Config.IDs): a diff shows the ids the sandbox
 	// sees.
-	IDs    runtime.IDMap
+	IDs runtime.IDMap
+	// Quotas admits forks, checkpoints' layers and transactions' runs
+	// against their tenant's quotas: the Manager's (sandbox.Config.Quotas).
+	// Nil limits nothing.
+	Quotas sandbox.Quotas
 	Logger *slog.Logger
 }
 
@@ -79,6 +81,7 @@ type Snapshots struct {
 	ls  *layers.Store
 	cs  store.CheckpointStore
 	ids runtime.IDMap
+	q   sandbox.Quotas
 	log *slog.Logger
 	sbx Sandboxes // set by Provision, before any hook runs
 }
@@ -97,7 +100,43 @@ func New(cfg Config) *Snapshots {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Snapshots{ls: cfg.Layers, cs: cfg.Checkpoints, ids: cfg.IDs, log: log}
+	return &Snapshots{ls: cfg.Layers, cs: cfg.Checkpoints, ids: cfg.IDs, q: cfg.Quotas, log: log}
+}
+
+// admitSandboxes admits n forks of owner, each with disk bytes of disk
+// limit; the caller calls release once they exist or have failed.
+func (m *Snapshots) admitSandboxes(ctx context.Context, owner string, n int, disk int64) (release func(), err error) {
+	if m.q == nil {
+		return func() {}, nil
+	}
+	_, release, err = m.q.AdmitSandboxes(ctx, tenant.Owner(owner), n, disk)
+	return release, err
+}
+
+// admitLayer admits layer, just written for a checkpoint of owner; the
+// caller calls release once it is recorded or dropped.
+func (m *Snapshots) admitLayer(ctx context.Context, owner, layer string) (func(), error) {
+	if m.q == nil {
+		return func() {}, nil
+	}
+	return m.q.AdmitLayer(ctx, tenant.Owner(owner), layer)
+}
+
+// admitExec checks the CPU quota of the tenant owning sandbox id before
+// a transaction's checkpoint is taken, as the core's Exec does before a
+// process starts.
+func (m *Snapshots) admitExec(ctx context.Context, id string) error {
+	h, err := m.sbx.Handle(ctx, id)
+	if err != nil {
+		return err
+	}
+	if m.q == nil {
+		return nil
+	}
+	if err := m.q.AdmitRun(ctx, tenant.Owner(h.Owner())); err != nil {
+		return fmt.Errorf("exec in sandbox %s: %w", id, err)
+	}
+	return nil
 }
 
 // Name implements sandbox.Extension.

@@ -20,7 +20,7 @@ func TestProvisionNeedsCheckpointAPI(t *testing.T) {
 	}
 }
 
-// fakeSandboxes records Exec and AdmitExec; everything else is nil.
+// fakeSandboxes records Exec and admits runs; everything else is nil.
 type fakeSandboxes struct {
 	Sandboxes
 	admitErr error
@@ -28,9 +28,21 @@ type fakeSandboxes struct {
 	execs    []api.ExecRequest
 }
 
-func (f *fakeSandboxes) AdmitExec(ctx context.Context, id string) error {
+// Handle fails with admitErr: a transaction is refused before its
+// admission can ask for the owner.
+func (f *fakeSandboxes) Handle(ctx context.Context, id string) (*sandbox.Handle, error) {
 	f.admitted = append(f.admitted, id)
-	return f.admitErr
+	return nil, f.admitErr
+}
+
+func (f *fakeSandboxes) AdmitRun(ctx context.Context, tenant string) error { return nil }
+
+func (f *fakeSandboxes) AdmitSandboxes(ctx context.Context, tenant string, n int, disk int64) (int64, func(), error) {
+	return disk, func() {}, nil
+}
+
+func (f *fakeSandboxes) AdmitLayer(ctx context.Context, tenant, layer string) (func(), error) {
+	return func() {}, nil
 }
 
 func (f *fakeSandboxes) Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
@@ -40,11 +52,11 @@ func (f *fakeSandboxes) Exec(ctx context.Context, id string, req api.ExecRequest
 
 func (f *fakeSandboxes) Report(ctx context.Context, op sandbox.Op) {}
 
-// A plain exec passes through untouched; a transaction is admitted first,
-// and nothing runs when admission refuses it.
+// A plain exec passes through untouched; a transaction is admitted first
+// (its sandbox looked up), and nothing runs when that fails.
 func TestExecTransactionsOnly(t *testing.T) {
 	f := &fakeSandboxes{}
-	s := New(Config{})
+	s := New(Config{Quotas: f})
 	if err := s.Provision(f); err != nil {
 		t.Fatal(err)
 	}
@@ -55,9 +67,9 @@ func TestExecTransactionsOnly(t *testing.T) {
 	if len(f.execs) != 1 || len(f.admitted) != 0 || f.execs[0].Env["A"] != "1" {
 		t.Fatalf("plain exec: execs %v, admitted %v", f.execs, f.admitted)
 	}
-	f.admitErr = errdefs.ErrResourceExhausted
+	f.admitErr = errdefs.ErrNotFound
 	_, err := s.Exec(context.Background(), "sb", api.ExecRequest{Cmd: []string{"true"}, RollbackOnFailure: true})
-	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("refused transaction: %v", err)
 	}
 	if len(f.execs) != 1 || len(f.admitted) != 1 {

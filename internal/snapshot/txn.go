@@ -29,7 +29,7 @@ func (m *Snapshots) Exec(ctx context.Context, id string, req api.ExecRequest) (e
 	if !req.CheckpointBefore && !req.RollbackOnFailure {
 		return m.sbx.Exec(ctx, id, req)
 	}
-	if err := m.sbx.AdmitExec(ctx, id); err != nil {
+	if err := m.admitExec(ctx, id); err != nil {
 		return nil, err
 	}
 	return m.execTransaction(ctx, id, req)
