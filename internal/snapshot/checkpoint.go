@@ -24,7 +24,7 @@ import (
 // whose parent is the top of the layers the sandbox runs on, plus a record
 // in the metadata store. The record holds a reference on its layer
 // ("checkpoint/<id>"); every sandbox that runs on a checkpoint (forked or restored) holds one on its top layer
-// ("sandbox/<id>"), so a checkpoint a sandbox runs on cannot be deleted.
+// (sandbox.LayerOwner), so a checkpoint a sandbox runs on cannot be deleted.
 // Sandboxes created from a template rely on the template's reference.
 //
 // Restore replaces the sandbox's layers by the checkpoint's chain and its
