@@ -77,7 +77,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		reaped++
 	}
 	m.removeOrphanDisks(ctx, known)
-	m.recoverCheckpoints(ctx)
+	m.recoverLayers(ctx)
 	m.recoverPools(ctx)
 	m.sweepOrphans(ctx, foreign)
 	m.log.InfoContext(ctx, "sandboxes recovered", "adopted", adopted, "reaped", reaped, "foreign", len(foreign))
