@@ -110,6 +110,9 @@ func (s *server) resolveExec(req *api.ExecRequest) (*execSpec, error) {
 	if req.TTY != nil {
 		env["TERM"] = "xterm"
 	}
+	for k, v := range s.opts.Env {
+		env[k] = v
+	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
 			return nil, fmt.Errorf("invalid environment variable %q: %w", k, errdefs.ErrInvalidArgument)
