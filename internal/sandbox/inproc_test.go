@@ -2,9 +2,11 @@ package sandbox_test
 
 // Tests of the Manager through its exported API, on the in-process backend
 // (internal/runtime/inproc): real guests, a real layer store (copy driver)
-// and templates, no root. The backend does not isolate: a guest's "/" is
-// the host's, and a sandbox's writable layer is reachable at its UpperDir
-// (upper below), which is where tests put what "the sandbox wrote".
+// and templates, no root. The backend does not isolate: the guest serves
+// the sandbox's writable layer (its UpperDir, upper below) as "/" and runs
+// commands there as host processes, so a command line must name no
+// absolute path (it would be the host's); tests put what "the sandbox
+// wrote" into the upper dir (write) or write relative paths.
 
 import (
 	"bytes"
@@ -280,9 +282,12 @@ func TestInprocFiles(t *testing.T) {
 	ctx := ctxT(t)
 	sb := h.create(api.CreateSandboxRequest{})
 	dir := h.upper(sb.ID)
-	p := filepath.Join(dir, "notes", "a.txt")
+	p := "/notes/a.txt"
 	if _, err := h.m.WriteFile(ctx, sb.ID, p, 0o600, true, strings.NewReader("alpha")); err != nil {
 		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(b) != "alpha" {
+		t.Fatalf("written file in the upper dir = %q, %v", b, err)
 	}
 	rc, fi, err := h.m.ReadFile(ctx, sb.ID, p)
 	if err != nil {
@@ -290,23 +295,23 @@ func TestInprocFiles(t *testing.T) {
 	}
 	b, _ := io.ReadAll(rc)
 	rc.Close()
-	if string(b) != "alpha" || fi.Size != 5 {
+	if string(b) != "alpha" || fi.Size != 5 || fi.Path != p {
 		t.Fatalf("ReadFile = %q, %+v", b, fi)
 	}
 	if fi, err := h.m.Stat(ctx, sb.ID, p); err != nil || fi.Type != api.FileTypeFile {
 		t.Fatalf("Stat = %+v, %v", fi, err)
 	}
-	if _, err := h.m.Mkdir(ctx, sb.ID, api.MkdirRequest{Path: filepath.Join(dir, "d1", "d2"), Parents: true}); err != nil {
+	if _, err := h.m.Mkdir(ctx, sb.ID, api.MkdirRequest{Path: "/d1/d2", Parents: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.m.Move(ctx, sb.ID, api.MoveRequest{From: p, To: filepath.Join(dir, "d1", "b.txt")}); err != nil {
+	if err := h.m.Move(ctx, sb.ID, api.MoveRequest{From: p, To: "/d1/b.txt"}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := h.m.List(ctx, sb.ID, filepath.Join(dir, "d1"))
+	l, err := h.m.List(ctx, sb.ID, "/d1")
 	if err != nil || len(l) != 2 {
 		t.Fatalf("List = %+v, %v", l, err)
 	}
-	ar, err := h.m.ReadArchive(ctx, sb.ID, filepath.Join(dir, "d1"))
+	ar, err := h.m.ReadArchive(ctx, sb.ID, "/d1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,16 +320,19 @@ func TestInprocFiles(t *testing.T) {
 	if err != nil || len(tarball) == 0 {
 		t.Fatalf("ReadArchive: %d bytes, %v", len(tarball), err)
 	}
-	if err := h.m.WriteArchive(ctx, sb.ID, filepath.Join(dir, "copy"), bytes.NewReader(tarball)); err != nil {
+	if err := h.m.WriteArchive(ctx, sb.ID, "/copy", bytes.NewReader(tarball)); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "copy", "b.txt")); err != nil || string(b) != "alpha" {
 		t.Fatalf("extracted b.txt = %q, %v", b, err)
 	}
-	if err := h.m.Remove(ctx, sb.ID, filepath.Join(dir, "d1"), true); err != nil {
+	if r := h.exec(sb.ID, api.ExecRequest{Command: "cat copy/b.txt"}); r.stdout != "alpha" {
+		t.Fatalf("cat in the sandbox's directory = %+v", r)
+	}
+	if err := h.m.Remove(ctx, sb.ID, "/d1", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.m.Stat(ctx, sb.ID, filepath.Join(dir, "d1")); !errdefs.IsNotFound(err) {
+	if _, err := h.m.Stat(ctx, sb.ID, "/d1"); !errdefs.IsNotFound(err) {
 		t.Fatalf("Stat after Remove: %v", err)
 	}
 	if _, _, err := h.m.ReadFile(ctx, "nosuchbox", p); !errdefs.IsNotFound(err) {

@@ -8,10 +8,13 @@
 // What it is not: an isolation backend. Its limits, stated once here:
 //   - No isolation (it does not declare runtime.CapIsolation): a sandbox's
 //     processes are children of the test process, run as its user on the
-//     host's filesystem, see its hostname and every host process. The
-//     guest's "/" is the host's "/". Layers are checked to exist but are not
-//     mounted anywhere; the sandbox's working directory for Config.Guest is
-//     its UpperDir, and what it writes goes wherever its paths point.
+//     host's filesystem, see its hostname and every host process.
+//   - No overlay: Create copies what the Layers show into UpperDir (see
+//     copyUp), and the default guest serves UpperDir as its "/" (file
+//     operations, archives, an exec's working directory: see ServeGuest),
+//     so what a client writes lands in the writable layer, where
+//     checkpoints, diff and fork find it. A command that names an absolute
+//     path reaches the host's file.
 //   - No limits (no CapCgroups): Spec.Resources is ignored.
 //   - Pause stops (SIGSTOP) the sandbox's processes and holds new guest
 //     connections until Resume; connections already open keep being served.
@@ -60,7 +63,9 @@ const MarkerEnv = "AGENTBOX_INPROC_SANDBOX"
 // GuestEnv is what a Guest is given for one sandbox.
 type GuestEnv struct {
 	Spec runtime.Spec
-	// Dir is the sandbox's own working directory (its UpperDir).
+	// Dir is the sandbox's own directory, its UpperDir: the root of the
+	// paths the guest serves (ServeGuest) and the working directory of
+	// its commands.
 	Dir string
 	// Env holds MarkerEnv: every process the guest starts must inherit
 	// it, or Destroy will not find it.
@@ -101,7 +106,11 @@ func New(cfg Config) *Backend {
 }
 
 // ServeGuest returns a Guest serving guest.Serve with opts, made Embedded
-// and given the sandbox's marker variable.
+// and given the sandbox's marker variable, behind a proxy that puts every
+// path a client names beneath GuestEnv.Dir: a file written at "/etc/x" is
+// Dir/etc/x on the host, an exec without a cwd starts in Dir, and FileInfo
+// paths are shown relative to Dir again. Commands run by an exec still see
+// the host's filesystem: an absolute path in a command line is the host's.
 func ServeGuest(opts guest.Options) Guest {
 	return func(ctx context.Context, ln net.Listener, env GuestEnv) error {
 		o := opts
@@ -113,7 +122,9 @@ func ServeGuest(opts guest.Options) Guest {
 		for k, v := range env.Env {
 			o.Env[k] = v
 		}
-		return guest.Serve(ctx, ln, o)
+		return serveGuestRooted(ctx, ln, env.Dir, func(ctx context.Context, l net.Listener) error {
+			return guest.Serve(ctx, l, o)
+		})
 	}
 }
 
@@ -152,6 +163,9 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	defer live.Unlock()
 	if s, ok := live.m[spec.ID]; ok && !s.stopped() {
 		return nil, fmt.Errorf("inproc: sandbox %s: %w", spec.ID, errdefs.ErrAlreadyExists)
+	}
+	if err := copyUp(ctx, spec); err != nil {
+		return nil, fmt.Errorf("inproc: creating %s: %w", spec.ID, err)
 	}
 	s, err := b.start(spec)
 	if err != nil {

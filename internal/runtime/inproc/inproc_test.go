@@ -246,3 +246,48 @@ func TestRecoverAndCleanup(t *testing.T) {
 		t.Fatalf("state dir after Cleanup: %v", err)
 	}
 }
+
+// The default guest serves the sandbox's UpperDir as "/": no client path
+// reaches the host's file of that name.
+func TestGuestRootIsUpperDir(t *testing.T) {
+	sp := spec(t, "root-a")
+	sb, err := New(Config{}).Create(tctx(t), sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Destroy(context.Background()) })
+	c := client.New(sb.SocketPath())
+	name := "/etc/inproc-root-test-" + strconv.Itoa(os.Getpid())
+	fi, err := c.WriteFile(tctx(t), name, 0o600, true, strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Path != name {
+		t.Errorf("WriteFile reports path %q, want %q", fi.Path, name)
+	}
+	if _, err := os.Stat(name); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the host's %s was written (%v)", name, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(sp.UpperDir, name)); err != nil || string(b) != "x" {
+		t.Fatalf("upper dir file = %q, %v", b, err)
+	}
+	l, err := c.List(tctx(t), "/etc")
+	if err != nil || len(l) != 1 || l[0].Path != name {
+		t.Fatalf("List(/etc) = %+v, %v", l, err)
+	}
+	if out, code := run(t, c, "pwd"); code != 0 || out != sp.UpperDir+"\n" {
+		t.Fatalf("pwd = %q, %d; want the upper dir", out, code)
+	}
+	if err := c.Remove(tctx(t), "/", true); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("Remove(/) = %v, want invalid argument", err)
+	}
+	if _, err := c.Mkdir(tctx(t), api.MkdirRequest{Path: "/a/b", Parents: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Move(tctx(t), api.MoveRequest{From: "/a", To: "/c"}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(sp.UpperDir, "c", "b")); err != nil || !fi.IsDir() {
+		t.Fatalf("moved dir: %v", err)
+	}
+}
