@@ -1,0 +1,301 @@
+package sandbox_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime/inproc"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/tenant"
+)
+
+// waitFor polls cond until it holds; the bound only stops a broken test.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func pool(t *testing.T, m *sandbox.Manager, name string) api.Pool {
+	t.Helper()
+	ps, err := m.Pools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.Template == name {
+			return p
+		}
+	}
+	return api.Pool{}
+}
+
+// A warm pool fills with paused sandboxes that creates claim; it refills,
+// survives a restart and drains.
+func TestInprocWarmPool(t *testing.T) {
+	h := newHarness(t)
+	ctx := ctxT(t)
+	if _, err := h.m.SetPool(ctx, "base", 2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pool to fill", func() bool { return pool(t, h.m, "base").Ready == 2 })
+	if l, _ := h.m.ListSandboxes(ctx, nil); len(l) != 0 {
+		t.Fatalf("pooled sandboxes are listed: %+v", l)
+	}
+	sb := h.create(api.CreateSandboxRequest{Labels: map[string]string{"from": "pool"}, Env: map[string]string{"X": "y"}})
+	if sb.State != api.StateRunning || sb.Labels["from"] != "pool" {
+		t.Fatalf("claimed %+v", sb)
+	}
+	if p := pool(t, h.m, "base"); p.Claims != 1 {
+		t.Fatalf("pool after a claim: %+v", p)
+	}
+	if r := h.exec(sb.ID, api.ExecRequest{Command: "echo $X"}); r.stdout != "y\n" {
+		t.Fatalf("exec in a claimed sandbox = %+v", r)
+	}
+	waitFor(t, "the pool to refill", func() bool { return pool(t, h.m, "base").Ready == 2 })
+	for _, bad := range []struct {
+		name string
+		size int
+	}{{"Bad Name", 1}, {"base", -1}, {"missing", 1}} {
+		if _, err := h.m.SetPool(ctx, bad.name, bad.size); err == nil {
+			t.Errorf("SetPool(%q, %d) succeeded", bad.name, bad.size)
+		}
+	}
+	if err := h.m.SetPools(ctx, map[string]int{"base": 5, "Bad Name": 1}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("SetPools with a bad name: %v", err)
+	}
+
+	h.m.Close()
+	m2 := h.manager()
+	if err := m2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := pool(t, m2, "base"); p.Size != 2 {
+		t.Fatalf("pool after restart: %+v", p)
+	}
+	waitFor(t, "the recovered pool to be ready", func() bool { return pool(t, m2, "base").Ready == 2 })
+	if _, err := m2.SetPool(ctx, "base", 0); err != nil {
+		t.Fatal(err)
+	}
+	m2.DrainPools(ctx)
+	if ps, _ := m2.Pools(ctx); len(ps) != 0 {
+		t.Fatalf("pools after drain: %+v", ps)
+	}
+}
+
+// Tenants see only their own sandboxes and checkpoints; a tenant with
+// sandboxes is not purged, one without is.
+func TestInprocTenants(t *testing.T) {
+	h := newHarness(t)
+	ctx := ctxT(t)
+	acme := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: "acme", Scope: api.ScopeFull})
+	other := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: "other", Scope: api.ScopeFull})
+	sb, err := h.m.CreateSandbox(acme, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Tenant != "acme" {
+		t.Fatalf("tenant = %q", sb.Tenant)
+	}
+	if _, err := h.m.GetSandbox(other, sb.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("another tenant sees the sandbox: %v", err)
+	}
+	if l, _ := h.m.ListSandboxes(other, nil); len(l) != 0 {
+		t.Fatalf("another tenant lists %d sandboxes", len(l))
+	}
+	if l, _ := h.m.ListSandboxes(ctx, nil); len(l) != 1 {
+		t.Fatalf("the admin lists %d sandboxes", len(l))
+	}
+	ck, err := h.m.CreateCheckpoint(acme, sb.ID, api.CreateCheckpointRequest{Name: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.GetCheckpoint(other, ck.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("another tenant sees the checkpoint: %v", err)
+	}
+	if _, err := h.m.SaveTemplate(acme, sb.ID, api.SaveTemplateRequest{Name: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.GetTemplate(other, "mine"); !errdefs.IsNotFound(err) {
+		t.Fatalf("another tenant sees the template: %v", err)
+	}
+	if n, _ := h.m.Holdings("acme"); n != 1 {
+		t.Fatalf("Holdings(acme) = %d sandboxes", n)
+	}
+	if _, err := h.m.LayerBytes(ctx, "acme", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.PurgeTenant(ctx, "acme"); !errdefs.IsConflict(err) {
+		t.Fatalf("purging a tenant with sandboxes: %v", err)
+	}
+	if err := h.m.PurgeTenant(ctx, api.AdminTenant); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("purging the admin: %v", err)
+	}
+	if err := h.m.DeleteSandbox(acme, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.PurgeTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.GetCheckpoint(ctx, ck.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("checkpoint after purge: %v", err)
+	}
+	if _, err := h.m.GetTemplate(acme, "mine"); !errdefs.IsNotFound(err) {
+		t.Fatalf("template after purge: %v", err)
+	}
+}
+
+// fakeClock fires timers only when the test advances it.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c       *fakeClock
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) sandbox.Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.stopped
+	t.stopped = true
+	return was
+}
+
+// Advance moves the clock and runs the timers due (and those they arm that
+// are due at once), waiting for them.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		var due []*fakeTimer
+		keep := c.timers[:0]
+		for _, t := range c.timers {
+			switch {
+			case t.stopped:
+			case !t.at.After(c.now):
+				t.stopped = true
+				due = append(due, t)
+			default:
+				keep = append(keep, t)
+			}
+		}
+		c.timers = keep
+		c.mu.Unlock()
+		if len(due) == 0 {
+			return
+		}
+		var wg sync.WaitGroup
+		for _, t := range due {
+			wg.Add(1)
+			go func() { defer wg.Done(); t.f() }()
+		}
+		wg.Wait()
+	}
+}
+
+// The idle policy pauses a real guest (its processes stopped), hibernates
+// it (its processes gone) and a call wakes it; the lifetime deletes it.
+func TestInprocIdleAndLifetime(t *testing.T) {
+	clk := &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	h := newHarness(t, func(c *sandbox.Config) { c.Clock = clk })
+	ctx := ctxT(t)
+	sb := h.create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent, Idle: &api.IdlePolicy{PauseAfterSeconds: 60, HibernateAfterSeconds: 120}})
+	if _, err := h.m.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(60 * time.Second)
+	if got, _ := h.m.GetSandbox(ctx, sb.ID); got.State != api.StatePaused {
+		t.Fatalf("after 60s idle: %s", got.State)
+	}
+	clk.Advance(60 * time.Second)
+	if got, _ := h.m.GetSandbox(ctx, sb.ID); got.State != api.StateHibernated {
+		t.Fatalf("after 120s idle: %s", got.State)
+	}
+	if p := inproc.Processes(sb.ID); len(p) != 0 {
+		t.Fatalf("processes of a hibernated sandbox: %v", p)
+	}
+	if ps, err := h.m.ListProcesses(ctx, sb.ID); err != nil || len(ps) != 0 {
+		t.Fatalf("processes after wake = %+v, %v", ps, err)
+	}
+	if got, _ := h.m.GetSandbox(ctx, sb.ID); got.State != api.StateRunning {
+		t.Fatalf("after a call: %s", got.State)
+	}
+
+	ttl := h.create(api.CreateSandboxRequest{TimeoutSeconds: 30})
+	clk.Advance(30 * time.Second)
+	if _, err := h.m.GetSandbox(ctx, ttl.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("after its lifetime: %v", err)
+	}
+	if p := inproc.Processes(ttl.ID); len(p) != 0 {
+		t.Fatalf("processes of an expired sandbox: %v", p)
+	}
+}
+
+// The guest's exit is noticed: a sandbox whose guest is gone is reported
+// so, and deleting it still works.
+func TestInprocGuestExit(t *testing.T) {
+	h := newHarness(t)
+	ctx := ctxT(t)
+	sb := h.create(api.CreateSandboxRequest{})
+	if err := inproc.New(inproc.Config{}).Cleanup(ctx, specOf(t, h, sb.ID)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the guest's exit to be noticed", func() bool {
+		got, err := h.m.GetSandbox(ctx, sb.ID)
+		return err == nil && got.State != api.StateRunning
+	})
+	if err := h.m.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Runners: the daemon's own is listed; stats come from the backend.
+func TestInprocRunnersAndStats(t *testing.T) {
+	h := newHarness(t)
+	ctx := ctxT(t)
+	rs, err := h.m.ListRunners(ctx)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("ListRunners = %+v, %v", rs, err)
+	}
+	sb := h.create(api.CreateSandboxRequest{})
+	if _, err := h.m.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := h.m.SandboxStats(ctx, sb.ID)
+	if err != nil || st.Pids < 2 { // the guest, and the shell or sleep
+		t.Fatalf("SandboxStats = %+v, %v", st, err)
+	}
+	if _, err := h.m.UpgradeSandbox(ctx, sb.ID, api.UpgradeRequest{RunnerHash: "0123456789abcdef"}); !errdefs.IsNotFound(err) {
+		t.Fatalf("upgrade to an unknown runner: %v", err)
+	}
+}
