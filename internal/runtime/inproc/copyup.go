@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -18,7 +19,8 @@ import (
 // Layers+UpperDir that UpperDir lacks is copied into UpperDir, as if
 // overlayfs had copied it up. The view the sandbox sees is unchanged by it
 // (so are diffs and tree hashes); checkpoints of the upper dir grow by the
-// copies. Devices, fifos and sockets are not copied (no root), and a file
+// copies. Copies keep their owner when the caller is root. Devices, fifos
+// and sockets are not copied (no root), and a file
 // of the layers that the sandbox deleted comes back at its next start (no
 // whiteouts are written).
 func copyUp(ctx context.Context, spec runtime.Spec) error {
@@ -36,8 +38,14 @@ func copyUp(ctx context.Context, spec runtime.Spec) error {
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		if err := copyEntry(v.Get(p), dst); err != nil {
+		e := v.Get(p)
+		if err := copyEntry(e, dst); err != nil {
 			return fmt.Errorf("copying up %s: %w", p, err)
+		}
+		if os.Geteuid() == 0 {
+			if err := os.Lchown(dst, int(e.UID), int(e.GID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("copying up %s: %w", p, err)
+			}
 		}
 	}
 	return nil
@@ -74,4 +82,38 @@ func copyEntry(e *layers.Entry, dst string) error {
 		return out.Close()
 	}
 	return nil // devices, fifos, sockets: see copyUp
+}
+
+// owner is the host uid and gid the sandbox's root has on disk: the layer
+// owner (Spec.LayerIDs, else UIDMap/GIDMap).
+func owner(spec runtime.Spec) (int, int) {
+	if spec.LayerIDs.Size > 0 {
+		return int(spec.LayerIDs.HostID), int(spec.LayerIDs.HostID)
+	}
+	return int(spec.UIDMap.HostID), int(spec.GIDMap.HostID)
+}
+
+// giveToSandbox hands what the guest (running as this process) created
+// in spec's UpperDir to the sandbox's root, as a user namespace would
+// have stored it: when this process is root, every entry owned by root
+// is chowned to owner(spec). Otherwise, or when the sandbox's root is
+// host root, it does nothing.
+func giveToSandbox(spec runtime.Spec) {
+	uid, gid := owner(spec)
+	if os.Geteuid() != 0 || uid == 0 || spec.UpperDir == "" {
+		return
+	}
+	_ = filepath.WalkDir(spec.UpperDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == 0 {
+			_ = os.Lchown(p, uid, gid)
+		}
+		return nil
+	})
 }

@@ -16,6 +16,12 @@
 //     checkpoints, diff and fork find it. A command that names an absolute
 //     path reaches the host's file.
 //   - No limits (no CapCgroups): Spec.Resources is ignored.
+//   - Ids: the guest and its processes run as the test process's user.
+//     When that is root, what they create in UpperDir is chowned to the
+//     sandbox's root (LayerIDs, else UIDMap) after each request that may
+//     write, at Pause and at Destroy, as a user namespace would have
+//     stored it; a file a background process writes between those is
+//     root's meanwhile.
 //   - Pause stops (SIGSTOP) the sandbox's processes and holds new guest
 //     connections until Resume; connections already open keep being served.
 //   - A sandbox's processes are found by a marker variable in their
@@ -122,7 +128,8 @@ func ServeGuest(opts guest.Options) Guest {
 		for k, v := range env.Env {
 			o.Env[k] = v
 		}
-		return serveGuestRooted(ctx, ln, env.Dir, func(ctx context.Context, l net.Listener) error {
+		after := func() { giveToSandbox(env.Spec) }
+		return serveGuestRooted(ctx, ln, env.Dir, after, func(ctx context.Context, l net.Listener) error {
 			return guest.Serve(ctx, l, o)
 		})
 	}
@@ -353,6 +360,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 		return fmt.Errorf("inproc: destroying %s: %w", s.spec.ID, ctx.Err())
 	}
 	killMarked(s.marker)
+	giveToSandbox(s.spec)
 	if err := removeFiles(s.spec); err != nil {
 		return fmt.Errorf("inproc: destroying %s: %w", s.spec.ID, err)
 	}
@@ -370,6 +378,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 func (s *sandbox) Pause(ctx context.Context) error {
 	s.ln.hold()
 	signalMarked(s.marker, syscall.SIGSTOP)
+	giveToSandbox(s.spec) // what its processes wrote, before a checkpoint reads it
 	return nil
 }
 

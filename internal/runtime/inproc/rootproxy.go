@@ -31,7 +31,7 @@ const headerTimeout = 10 * time.Second
 
 // serveRooted accepts clients on outer and serves each through the guest
 // listening on inner, its paths rewritten beneath root, until outer fails.
-func serveRooted(outer net.Listener, inner *chanListener, root string) {
+func serveRooted(outer net.Listener, inner *chanListener, root string, after func()) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -42,12 +42,16 @@ func serveRooted(outer net.Listener, inner *chanListener, root string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			proxyConn(c, inner, root)
+			if proxyConn(c, inner, root) {
+				after()
+			}
 		}()
 	}
 }
 
-func proxyConn(c net.Conn, inner *chanListener, root string) {
+// proxyConn serves one client connection. It reports whether the request
+// may have changed files (anything but a read).
+func proxyConn(c net.Conn, inner *chanListener, root string) (wrote bool) {
 	defer c.Close()
 	done := make(chan struct{})
 	defer close(done)
@@ -66,21 +70,22 @@ func proxyConn(c net.Conn, inner *chanListener, root string) {
 		if proto.WriteJSONFrame(bw, proto.FrameError, proto.NewError(err)) == nil {
 			_ = bw.Flush()
 		}
-		return
+		return false
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	rewriteRequest(req, root)
+	wrote = !readOnly(req.Op)
 	ours, theirs, err := unixPair()
 	if err != nil {
-		return
+		return false
 	}
 	defer ours.Close()
 	if !inner.deliver(theirs) {
 		theirs.Close()
-		return
+		return false
 	}
 	if err := proto.WriteRequest(ours, req); err != nil {
-		return
+		return false
 	}
 	go func() {
 		_, _ = io.Copy(ours, br)
@@ -91,6 +96,16 @@ func proxyConn(c net.Conn, inner *chanListener, root string) {
 	} else {
 		_, _ = io.Copy(c, ours)
 	}
+	return wrote
+}
+
+// readOnly reports whether op changes no file.
+func readOnly(op string) bool {
+	switch op {
+	case proto.OpVersion, proto.OpProcesses, proto.OpReadFile, proto.OpStat, proto.OpList, proto.OpReadArchive, proto.OpSignal, proto.OpResize:
+		return true
+	}
+	return false
 }
 
 // unixPair returns the two ends of a unix stream socketpair.
@@ -266,15 +281,16 @@ func (l *chanListener) Close() error {
 func (l *chanListener) Addr() net.Addr { return &net.UnixAddr{Name: "inproc", Net: "unix"} }
 
 // serveGuestRooted runs serve on a chanListener fed by a rootProxy on ln,
-// until ctx is done.
-func serveGuestRooted(ctx context.Context, ln net.Listener, root string, serve func(context.Context, net.Listener) error) error {
+// until ctx is done; after is called when a request that may have written
+// files has been served.
+func serveGuestRooted(ctx context.Context, ln net.Listener, root string, after func(), serve func(context.Context, net.Listener) error) error {
 	inner := newChanListener()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	proxied := make(chan struct{})
 	go func() {
 		defer close(proxied)
-		serveRooted(ln, inner, root)
+		serveRooted(ln, inner, root, after)
 	}()
 	err := serve(ctx, inner)
 	ln.Close()
