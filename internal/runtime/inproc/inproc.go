@@ -374,10 +374,13 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	return nil
 }
 
-// Pause stops the sandbox's processes and holds new guest connections.
+// Pause holds new guest connections and stops the sandbox's processes,
+// returning once every one is stopped.
 func (s *sandbox) Pause(ctx context.Context) error {
 	s.ln.hold()
-	signalMarked(s.marker, syscall.SIGSTOP)
+	if err := stopMarked(ctx, s.marker); err != nil {
+		return fmt.Errorf("inproc: pausing %s: %w", s.spec.ID, err)
+	}
 	giveToSandbox(s.spec) // what its processes wrote, before a checkpoint reads it
 	return nil
 }

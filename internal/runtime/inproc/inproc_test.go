@@ -138,8 +138,12 @@ func TestRealGuest(t *testing.T) {
 		t.Fatalf("exec = %q, %d", out, code)
 	}
 	run(t, clients[0], "setsid sh -c 'sleep 1000 & sleep 1000 &' >/dev/null 2>&1")
-	if n := len(Processes("real-a")); n != 2 {
-		t.Fatalf("%d processes of real-a, want 2", n)
+	// Both sleeps are forked before the shell exits; a scan may catch one
+	// between its fork and its exec, so look until both are seen.
+	for deadline := time.Now().Add(10 * time.Second); len(Processes("real-a")) != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of real-a: %v, want 2", Processes("real-a"))
+		}
 	}
 	if _, err := b.Create(tctx(t), spec(t, "real-a")); !errdefs.IsAlreadyExists(err) {
 		t.Fatalf("second Create(real-a) = %v, want ErrAlreadyExists", err)
@@ -178,7 +182,7 @@ func TestPauseHoldsConnections(t *testing.T) {
 		t.Fatalf("Stats = %+v, %v; want 2 pids (guest and sleep)", st, err)
 	}
 	for _, pid := range Processes("pause-a") {
-		if s := procState(t, pid); s != "T" {
+		if s := procState(pid); s != "T" {
 			t.Errorf("process %d in state %s while paused, want T", pid, s)
 		}
 	}
@@ -207,14 +211,6 @@ func TestPauseHoldsConnections(t *testing.T) {
 	if p := Processes("pause-a"); len(p) != 0 {
 		t.Fatalf("processes left: %v", p)
 	}
-}
-
-func procState(t *testing.T, pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))[0]
 }
 
 // Recover finds a guest of this process by its state; Cleanup of an

@@ -2,6 +2,7 @@ package inproc
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"os"
 	"strconv"
@@ -48,14 +49,62 @@ func signalMarked(marker string, sig syscall.Signal) {
 	}
 }
 
-// killMarked SIGKILLs the marked processes until none is left (a process
-// may fork between a scan and its kill), at most a few rounds.
+// stopMarked stops every marked process (SIGSTOP) and returns once each
+// is stopped or gone, as a freezer returns once the cgroup is frozen; a
+// process forked meanwhile is stopped in the next round.
+func stopMarked(ctx context.Context, marker string) error {
+	for {
+		running := false
+		for _, pid := range marked(marker) {
+			if st := procState(pid); st == "T" || st == "t" || st == "Z" || st == "X" || st == "" {
+				continue
+			}
+			running = true
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+		}
+		if !running {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// procState is the state letter of /proc/<pid>/stat ("R", "S", "T", ...),
+// "" when the process is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// killMarked SIGKILLs the marked processes until two scans in a row find
+// none (a process may fork between a scan and its kill, and one caught in
+// its execve may be missed by a scan), at most a few rounds.
 func killMarked(marker string) {
+	empty := 0
 	for range 50 {
 		pids := marked(marker)
 		if len(pids) == 0 {
-			return
+			if empty++; empty == 2 {
+				return
+			}
+			continue
 		}
+		empty = 0
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
