@@ -51,12 +51,16 @@ func signalMarked(marker string, sig syscall.Signal) {
 
 // stopMarked stops every marked process (SIGSTOP) and returns once each
 // is stopped or gone, as a freezer returns once the cgroup is frozen; a
-// process forked meanwhile is stopped in the next round.
+// process forked meanwhile is stopped in the next round. A process in an
+// uninterruptible wait (D) counts as stopped: its SIGSTOP is pending, and
+// a shell waiting in vfork for a child stopped before its exec stays in D
+// until that child is continued.
 func stopMarked(ctx context.Context, marker string) error {
 	for {
 		running := false
 		for _, pid := range marked(marker) {
-			if st := procState(pid); st == "T" || st == "t" || st == "Z" || st == "X" || st == "" {
+			switch procState(pid) {
+			case "T", "t", "Z", "X", "D", "":
 				continue
 			}
 			running = true
