@@ -30,7 +30,9 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -63,9 +65,9 @@ type Sandboxes interface {
 	LookupSandbox(ctx context.Context, id string) (api.Sandbox, error)
 	ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error
-	Exec(ctx context.Context, id string, req api.ExecRequest) (sandbox.ExecStream, error)
+	Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error)
 	StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error)
-	WatchProcess(ctx context.Context, id string, pid int) (sandbox.ExecStream, error)
+	WatchProcess(ctx context.Context, id string, pid int) (execstream.Stream, error)
 	SandboxStats(ctx context.Context, id string) (runtime.Stats, error)
 }
 
@@ -83,7 +85,7 @@ type Config struct {
 	Store     store.PipelineStore
 	// Clock stamps records and drives usage sampling and schedules; nil is
 	// the real clock.
-	Clock  Clock
+	Clock  clock.Clock
 	Logger *slog.Logger
 	// SampleInterval is how often a running command's sandbox counters are
 	// sampled for the memory integral (default DefaultSampleInterval).
@@ -103,7 +105,7 @@ type Pipeline struct {
 	cfg Config
 	sbx Sandboxes
 	st  store.PipelineStore
-	clk Clock
+	clk clock.Clock
 	log *slog.Logger
 	// writing counts finished records being written in the background.
 	writing sync.WaitGroup
@@ -132,7 +134,7 @@ func New(cfg Config) (*Pipeline, error) {
 		return nil, fmt.Errorf("pipeline: sandboxes and store are required: %w", errdefs.ErrInvalidArgument)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = RealClock{}
+		cfg.Clock = clock.Real{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -191,7 +193,7 @@ type Execution struct {
 	// Stream is the event stream of a foreground run; the caller reads it
 	// and closes it. Closing before the exit detaches: the record is then
 	// finished when the process exits.
-	Stream sandbox.ExecStream
+	Stream execstream.Stream
 	// Process is the started process of a background run.
 	Process api.Process
 }
@@ -531,7 +533,7 @@ type runState struct {
 	ephemeral  bool
 	keepOutput bool
 	meter      meter
-	sampler    Timer
+	sampler    clock.Timer
 
 	// done is closed when the record is finished.
 	done chan struct{}
@@ -679,7 +681,7 @@ func (rs *runState) follow(sbID string, pid int) {
 
 // followStream finishes the run with the exit event of s, the watch of
 // its process, and closes s.
-func (rs *runState) followStream(s sandbox.ExecStream) {
+func (rs *runState) followStream(s execstream.Stream) {
 	defer s.Close()
 	for {
 		ev, err := s.Next()

@@ -2,11 +2,11 @@ package sandbox_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock/clocktest"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -153,80 +153,10 @@ func TestInprocTenants(t *testing.T) {
 	}
 }
 
-// fakeClock fires timers only when the test advances it.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c       *fakeClock
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) sandbox.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.stopped
-	t.stopped = true
-	return was
-}
-
-// Advance moves the clock and runs the timers due (and those they arm that
-// are due at once), waiting for them.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var due []*fakeTimer
-		keep := c.timers[:0]
-		for _, t := range c.timers {
-			switch {
-			case t.stopped:
-			case !t.at.After(c.now):
-				t.stopped = true
-				due = append(due, t)
-			default:
-				keep = append(keep, t)
-			}
-		}
-		c.timers = keep
-		c.mu.Unlock()
-		if len(due) == 0 {
-			return
-		}
-		var wg sync.WaitGroup
-		for _, t := range due {
-			wg.Add(1)
-			go func() { defer wg.Done(); t.f() }()
-		}
-		wg.Wait()
-	}
-}
-
 // The idle policy pauses a real guest (its processes stopped), hibernates
 // it (its processes gone) and a call wakes it; the lifetime deletes it.
 func TestInprocIdleAndLifetime(t *testing.T) {
-	clk := &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clocktest.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	h := newHarness(t, func(c *sandbox.Config) { c.Clock = clk })
 	ctx := ctxT(t)
 	sb := h.create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent, Idle: &api.IdlePolicy{PauseAfterSeconds: 60, HibernateAfterSeconds: 120}})

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
@@ -162,7 +163,7 @@ type execResult struct {
 	pid            int
 }
 
-func drain(t *testing.T, s sandbox.ExecStream) execResult {
+func drain(t *testing.T, s execstream.Stream) execResult {
 	t.Helper()
 	defer s.Close()
 	var r execResult
