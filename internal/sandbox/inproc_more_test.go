@@ -2,6 +2,8 @@ package sandbox_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -228,4 +230,35 @@ func TestInprocRunnersAndStats(t *testing.T) {
 	if _, err := h.m.UpgradeSandbox(ctx, sb.ID, api.UpgradeRequest{RunnerHash: "0123456789abcdef"}); !errdefs.IsNotFound(err) {
 		t.Fatalf("upgrade to an unknown runner: %v", err)
 	}
+}
+
+// A create whose guest cannot start leaves nothing behind: no sandbox,
+// no record, no directory, no process.
+func TestInprocCreateFailureLeavesNothing(t *testing.T) {
+	h := newHarness(t)
+	ctx := ctxT(t)
+	bin := filepath.Join(h.cfg.RunnerDir, "agentbox")
+	if err := os.Rename(bin, bin+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.CreateSandbox(ctx, api.CreateSandboxRequest{}); err == nil {
+		t.Fatal("create without a guest binary succeeded")
+	}
+	if l, _ := h.m.ListSandboxes(ctx, nil); len(l) != 0 {
+		t.Fatalf("sandboxes after a failed create: %+v", l)
+	}
+	if recs, err := h.st.ListSandboxes(ctx); err != nil || len(recs) != 0 {
+		t.Fatalf("records after a failed create: %d, %v", len(recs), err)
+	}
+	entries, err := os.ReadDir(filepath.Join(h.cfg.DataDir, "sandboxes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("left in the sandboxes dir: %s", e.Name())
+	}
+	if err := os.Rename(bin+".away", bin); err != nil {
+		t.Fatal(err)
+	}
+	h.create(api.CreateSandboxRequest{}) // and the next create works
 }
