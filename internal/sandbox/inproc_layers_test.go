@@ -13,71 +13,72 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
+	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
 )
 
 // Checkpoints capture the writable layer; restore puts it back; fork
 // starts new sandboxes from it.
 func TestInprocCheckpointRestoreFork(t *testing.T) {
-	h := newHarness(t)
+	h := sandboxtest.New(t)
 	ctx := ctxT(t)
-	sb := h.create(api.CreateSandboxRequest{Env: map[string]string{"A": "1"}})
-	h.write(sb.ID, "work/state.txt", "one\n")
-	ck, err := h.m.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "first", Labels: map[string]string{"k": "v"}})
+	sb := h.Create(api.CreateSandboxRequest{Env: map[string]string{"A": "1"}})
+	h.Write(sb.ID, "work/state.txt", "one\n")
+	ck, err := h.M.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "first", Labels: map[string]string{"k": "v"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ck.SandboxID != sb.ID || ck.Name != "first" || ck.Template != "base" || len(ck.Layers) < 2 {
 		t.Fatalf("checkpoint %+v", ck)
 	}
-	if got, err := h.m.GetCheckpoint(ctx, ck.ID); err != nil || got.ID != ck.ID {
+	if got, err := h.M.GetCheckpoint(ctx, ck.ID); err != nil || got.ID != ck.ID {
 		t.Fatalf("GetCheckpoint = %+v, %v", got, err)
 	}
-	if l, err := h.m.ListCheckpoints(ctx, sb.ID); err != nil || len(l) != 1 {
+	if l, err := h.M.ListCheckpoints(ctx, sb.ID); err != nil || len(l) != 1 {
 		t.Fatalf("ListCheckpoints = %+v, %v", l, err)
 	}
 
-	h.write(sb.ID, "work/state.txt", "two\n")
-	h.write(sb.ID, "work/extra.txt", "x\n")
-	d, err := h.m.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID, true)
+	h.Write(sb.ID, "work/state.txt", "two\n")
+	h.Write(sb.ID, "work/extra.txt", "x\n")
+	d, err := h.M.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Added != 1 || d.Modified != 1 || d.Deleted != 0 {
 		t.Fatalf("Diff = %+v", d)
 	}
-	if _, err := h.m.Diff(ctx, "template:base", sb.ID, false); err != nil {
+	if _, err := h.M.Diff(ctx, "template:base", sb.ID, false); err != nil {
 		t.Fatalf("Diff(template, bare id): %v", err)
 	}
-	if _, err := h.m.Diff(ctx, "bogus:x", sb.ID, false); !errdefs.IsInvalidArgument(err) {
+	if _, err := h.M.Diff(ctx, "bogus:x", sb.ID, false); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("Diff(bogus ref): %v", err)
 	}
-	th1, err := h.m.TreeHash(ctx, sb.ID)
+	th1, err := h.M.TreeHash(ctx, sb.ID)
 	if err != nil || th1.TreeHash == "" {
 		t.Fatalf("TreeHash = %+v, %v", th1, err)
 	}
 
-	res, err := h.m.Restore(ctx, sb.ID, "first")
+	res, err := h.M.Restore(ctx, sb.ID, "first")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Checkpoint != ck.ID || res.Sandbox.State != api.StateRunning {
 		t.Fatalf("Restore = %+v", res)
 	}
-	up := h.upper(sb.ID)
+	up := h.Upper(sb.ID)
 	if b, err := os.ReadFile(filepath.Join(up, "work/state.txt")); err != nil || string(b) != "one\n" {
 		t.Fatalf("restored state.txt = %q, %v", b, err)
 	}
 	if _, err := os.Stat(filepath.Join(up, "work/extra.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("extra.txt after restore: %v", err)
 	}
-	if th2, _ := h.m.TreeHash(ctx, sb.ID); th2.TreeHash == th1.TreeHash {
+	if th2, _ := h.M.TreeHash(ctx, sb.ID); th2.TreeHash == th1.TreeHash {
 		t.Fatal("tree hash unchanged by restore")
 	}
-	if r := h.exec(sb.ID, api.ExecRequest{Command: "echo $A"}); r.stdout != "1\n" {
+	if r := h.Exec(sb.ID, api.ExecRequest{Command: "echo $A"}); r.Stdout != "1\n" {
 		t.Fatalf("exec after restore = %+v", r)
 	}
 
-	fr, err := h.m.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: 2, Labels: map[string]string{"fork": "yes"}, Env: map[string]string{"B": "2"}})
+	fr, err := h.M.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: 2, Labels: map[string]string{"fork": "yes"}, Env: map[string]string{"B": "2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 		if f.Labels["fork"] != "yes" || f.Env["B"] != "2" || f.Env["A"] != "1" || f.State != api.StateRunning {
 			t.Fatalf("fork %+v", f)
 		}
-		d, err := h.m.Diff(ctx, "checkpoint:"+fr.Checkpoint, "sandbox:"+f.ID, false)
+		d, err := h.M.Diff(ctx, "checkpoint:"+fr.Checkpoint, "sandbox:"+f.ID, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,33 +98,33 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 				t.Fatalf("fork differs from its checkpoint in %s", c.Path)
 			}
 		}
-		if r := h.exec(f.ID, api.ExecRequest{Command: "echo $B"}); r.stdout != "2\n" {
+		if r := h.Exec(f.ID, api.ExecRequest{Command: "echo $B"}); r.Stdout != "2\n" {
 			t.Fatalf("exec in fork = %+v", r)
 		}
 	}
-	fc, err := h.m.ForkCheckpoint(ctx, ck.ID, api.ForkRequest{})
+	fc, err := h.M.ForkCheckpoint(ctx, ck.ID, api.ForkRequest{})
 	if err != nil || len(fc.Sandboxes) != 1 {
 		t.Fatalf("ForkCheckpoint = %+v, %v", fc, err)
 	}
-	if _, err := h.m.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: -1}); !errdefs.IsInvalidArgument(err) {
+	if _, err := h.M.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: -1}); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("fork count -1: %v", err)
 	}
 
 	// The restored sandbox and the checkpoint's fork stand on ck.
-	if err := h.m.DeleteCheckpoint(ctx, ck.ID); !errdefs.IsConflict(err) {
+	if err := h.M.DeleteCheckpoint(ctx, ck.ID); !errdefs.IsConflict(err) {
 		t.Fatalf("deleting a checkpoint in use: %v", err)
 	}
-	spare, err := h.m.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "spare"})
+	spare, err := h.M.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "spare"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.m.DeleteCheckpoint(ctx, spare.ID); err != nil {
+	if err := h.M.DeleteCheckpoint(ctx, spare.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.m.GetCheckpoint(ctx, spare.ID); !errdefs.IsNotFound(err) {
+	if _, err := h.M.GetCheckpoint(ctx, spare.ID); !errdefs.IsNotFound(err) {
 		t.Fatalf("GetCheckpoint after delete: %v", err)
 	}
-	if _, err := h.m.Restore(ctx, sb.ID, spare.ID); !errdefs.IsNotFound(err) {
+	if _, err := h.M.Restore(ctx, sb.ID, spare.ID); !errdefs.IsNotFound(err) {
 		t.Fatalf("Restore of a deleted checkpoint: %v", err)
 	}
 }
@@ -131,30 +132,30 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 // Merge applies a fork's changes to its origin; conflicts fail unless a
 // strategy resolves them.
 func TestInprocMerge(t *testing.T) {
-	h := newHarness(t)
+	h := sandboxtest.New(t)
 	ctx := ctxT(t)
-	sb := h.create(api.CreateSandboxRequest{})
-	h.write(sb.ID, "shared.txt", "base\n")
-	fr, err := h.m.ForkSandbox(ctx, sb.ID, api.ForkRequest{})
+	sb := h.Create(api.CreateSandboxRequest{})
+	h.Write(sb.ID, "shared.txt", "base\n")
+	fr, err := h.M.ForkSandbox(ctx, sb.ID, api.ForkRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	child := fr.Sandboxes[0].ID
-	h.write(child, "new.txt", "from child\n")
-	h.write(child, "shared.txt", "child\n")
-	h.write(sb.ID, "shared.txt", "parent\n")
+	h.Write(child, "new.txt", "from child\n")
+	h.Write(child, "shared.txt", "child\n")
+	h.Write(sb.ID, "shared.txt", "parent\n")
 
-	if _, err := h.m.Merge(ctx, sb.ID, api.MergeRequest{From: child}); !errdefs.IsConflict(err) {
+	if _, err := h.M.Merge(ctx, sb.ID, api.MergeRequest{From: child}); !errdefs.IsConflict(err) {
 		t.Fatalf("conflicting merge: %v", err)
 	}
-	dry, err := h.m.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: api.MergeOurs, DryRun: true})
+	dry, err := h.M.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: api.MergeOurs, DryRun: true})
 	if err != nil || len(dry.Conflicts) != 1 {
 		t.Fatalf("dry run = %+v, %v", dry, err)
 	}
-	if _, err := os.Stat(filepath.Join(h.upper(sb.ID), "new.txt")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(h.Upper(sb.ID), "new.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("dry run applied a change")
 	}
-	res, err := h.m.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: api.MergeTheirs})
+	res, err := h.M.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: api.MergeTheirs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,15 +167,15 @@ func TestInprocMerge(t *testing.T) {
 		t.Fatalf("merge = %+v", res)
 	}
 	for name, want := range map[string]string{"new.txt": "from child\n", "shared.txt": "child\n"} {
-		if b, err := os.ReadFile(filepath.Join(h.upper(sb.ID), name)); err != nil || string(b) != want {
+		if b, err := os.ReadFile(filepath.Join(h.Upper(sb.ID), name)); err != nil || string(b) != want {
 			t.Fatalf("%s after merge = %q, %v", name, b, err)
 		}
 	}
-	if _, err := h.m.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: "sideways"}); !errdefs.IsInvalidArgument(err) {
+	if _, err := h.M.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: "sideways"}); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("bad strategy: %v", err)
 	}
-	other := h.create(api.CreateSandboxRequest{})
-	if _, err := h.m.Merge(ctx, sb.ID, api.MergeRequest{From: other.ID}); err == nil {
+	other := h.Create(api.CreateSandboxRequest{})
+	if _, err := h.M.Merge(ctx, sb.ID, api.MergeRequest{From: other.ID}); err == nil {
 		t.Fatal("merge of an unrelated sandbox succeeded")
 	}
 }
@@ -182,12 +183,12 @@ func TestInprocMerge(t *testing.T) {
 // An exec with RollbackOnFailure restores the checkpoint taken before it
 // when the command fails.
 func TestInprocExecTransaction(t *testing.T) {
-	h := newHarness(t)
-	sb := h.create(api.CreateSandboxRequest{})
-	h.write(sb.ID, "keep.txt", "before\n")
+	h := sandboxtest.New(t)
+	sb := h.Create(api.CreateSandboxRequest{})
+	h.Write(sb.ID, "keep.txt", "before\n")
 	// read returns keep.txt as the sandbox sees it.
 	read := func() string {
-		rc, _, err := h.m.ReadFile(ctxT(t), sb.ID, "/keep.txt")
+		rc, _, err := h.M.ReadFile(ctxT(t), sb.ID, "/keep.txt")
 		if err != nil {
 			return err.Error()
 		}
@@ -195,15 +196,15 @@ func TestInprocExecTransaction(t *testing.T) {
 		b, _ := io.ReadAll(rc)
 		return string(b)
 	}
-	r := h.exec(sb.ID, api.ExecRequest{Command: "echo after > keep.txt; exit 1", RollbackOnFailure: true})
-	if r.code != 1 {
+	r := h.Exec(sb.ID, api.ExecRequest{Command: "echo after > keep.txt; exit 1", RollbackOnFailure: true})
+	if r.Code != 1 {
 		t.Fatalf("exec = %+v", r)
 	}
 	if got := read(); got != "before\n" {
 		t.Fatalf("after a failed transaction keep.txt = %q, want it rolled back", got)
 	}
-	r = h.exec(sb.ID, api.ExecRequest{Command: "echo after > keep.txt", RollbackOnFailure: true})
-	if r.code != 0 {
+	r = h.Exec(sb.ID, api.ExecRequest{Command: "echo after > keep.txt", RollbackOnFailure: true})
+	if r.Code != 0 {
 		t.Fatalf("exec = %+v", r)
 	}
 	if got := read(); got != "after\n" {
@@ -214,34 +215,34 @@ func TestInprocExecTransaction(t *testing.T) {
 // Save a sandbox as a template version and create from it; export and
 // import it again.
 func TestInprocTemplates(t *testing.T) {
-	h := newHarness(t)
+	h := sandboxtest.New(t)
 	ctx := ctxT(t)
-	sb := h.create(api.CreateSandboxRequest{})
-	h.write(sb.ID, "app/app.txt", "app\n")
-	v, err := h.m.SaveTemplate(ctx, sb.ID, api.SaveTemplateRequest{Name: "app"})
+	sb := h.Create(api.CreateSandboxRequest{})
+	h.Write(sb.ID, "app/app.txt", "app\n")
+	v, err := h.M.SaveTemplate(ctx, sb.ID, api.SaveTemplateRequest{Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v.Name != "app" || v.Version != 1 || v.Source != sb.ID {
 		t.Fatalf("SaveTemplate = %+v", v)
 	}
-	vs, err := h.m.TemplateVersions(ctx, "app")
+	vs, err := h.M.TemplateVersions(ctx, "app")
 	if err != nil || len(vs) != 1 {
 		t.Fatalf("TemplateVersions = %+v, %v", vs, err)
 	}
-	ts, err := h.m.ListTemplates(ctx)
+	ts, err := h.M.ListTemplates(ctx)
 	if err != nil || len(ts) < 2 {
 		t.Fatalf("ListTemplates = %+v, %v", ts, err)
 	}
-	if tp, err := h.m.GetTemplate(ctx, "app"); err != nil || tp.Name != "app" {
+	if tp, err := h.M.GetTemplate(ctx, "app"); err != nil || tp.Name != "app" {
 		t.Fatalf("GetTemplate = %+v, %v", tp, err)
 	}
-	app := h.create(api.CreateSandboxRequest{Template: "app@1"})
-	d, err := h.m.Diff(ctx, "template:app", "sandbox:"+app.ID, false)
+	app := h.Create(api.CreateSandboxRequest{Template: "app@1"})
+	d, err := h.M.Diff(ctx, "template:app", "sandbox:"+app.ID, false)
 	if err != nil || len(d.Changes) != 0 {
 		t.Fatalf("new sandbox differs from its template: %+v, %v", d, err)
 	}
-	rc, err := h.m.ExportTemplate(ctx, "app")
+	rc, err := h.M.ExportTemplate(ctx, "app")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,20 +251,20 @@ func TestInprocTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	imp, err := h.m.ImportTemplate(ctx, "app-copy", strings.NewReader(string(tarball)))
+	imp, err := h.M.ImportTemplate(ctx, "app-copy", strings.NewReader(string(tarball)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if imp.Name != "app-copy" {
 		t.Fatalf("ImportTemplate = %+v", imp)
 	}
-	if _, err := h.m.ImportTemplate(ctx, "broken", strings.NewReader("not a tarball")); err == nil {
+	if _, err := h.M.ImportTemplate(ctx, "broken", strings.NewReader("not a tarball")); err == nil {
 		t.Fatal("import of garbage succeeded")
 	}
-	if h.m.StorageDriver() == "" {
+	if h.M.StorageDriver() == "" {
 		t.Fatal("no storage driver")
 	}
-	if _, err := h.m.CollectGarbage(ctx, 0); err != nil {
+	if _, err := h.M.CollectGarbage(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -272,25 +273,25 @@ func TestInprocTemplates(t *testing.T) {
 // restart) re-adopts the running sandboxes; a sandbox whose guest is gone
 // is reaped.
 func TestInprocRecover(t *testing.T) {
-	h := newHarness(t)
+	h := sandboxtest.New(t)
 	ctx := ctxT(t)
-	a := h.create(api.CreateSandboxRequest{Labels: map[string]string{"n": "a"}})
-	b := h.create(api.CreateSandboxRequest{Labels: map[string]string{"n": "b"}})
-	hib := h.create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent})
-	if _, err := h.m.HibernateSandbox(ctx, hib.ID); err != nil {
+	a := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"n": "a"}})
+	b := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"n": "b"}})
+	hib := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent})
+	if _, err := h.M.HibernateSandbox(ctx, hib.ID); err != nil {
 		t.Fatal(err)
 	}
-	ck, err := h.m.CreateCheckpoint(ctx, a.ID, api.CreateCheckpointRequest{Name: "before-restart"})
+	ck, err := h.M.CreateCheckpoint(ctx, a.ID, api.CreateCheckpointRequest{Name: "before-restart"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.m.Close()
+	h.M.Close()
 	// b's guest dies while no daemon runs.
 	if err := inproc.New(inproc.Config{}).Cleanup(ctx, specOf(t, h, b.ID)); err != nil {
 		t.Fatal(err)
 	}
 
-	m2 := h.manager()
+	m2 := h.Manager()
 	if err := m2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +303,7 @@ func TestInprocRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := drain(t, s); r.stdout != "again\n" {
+	if r := sandboxtest.Drain(t, s); r.Stdout != "again\n" {
 		t.Fatalf("exec after recover = %+v", r)
 	}
 	if got, err := m2.GetSandbox(ctx, b.ID); err == nil && got.State == api.StateRunning {
@@ -324,9 +325,9 @@ func TestInprocRecover(t *testing.T) {
 
 // specOf rebuilds the runtime spec paths of a recorded sandbox, enough for
 // the backend's Cleanup.
-func specOf(t *testing.T, h *harness, id string) (spec runtime.Spec) {
+func specOf(t *testing.T, h *sandboxtest.Env, id string) (spec runtime.Spec) {
 	t.Helper()
-	rec, err := h.st.GetSandbox(context.Background(), id)
+	rec, err := h.Store.GetSandbox(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,24 +337,24 @@ func specOf(t *testing.T, h *harness, id string) (spec runtime.Spec) {
 
 // Named sandboxes: CreateOrGetSandbox returns the one of that name.
 func TestInprocNamed(t *testing.T) {
-	h := newHarness(t)
+	h := sandboxtest.New(t)
 	ctx := ctxT(t)
-	first, created, err := h.m.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "dev"})
+	first, created, err := h.M.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "dev"})
 	if err != nil || !created {
 		t.Fatalf("first = %+v, %v, %v", first, created, err)
 	}
-	again, created, err := h.m.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "dev"})
+	again, created, err := h.M.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "dev"})
 	if err != nil || created || again.ID != first.ID {
 		t.Fatalf("again = %+v, %v, %v", again, created, err)
 	}
-	if _, err := h.m.HibernateSandbox(ctx, first.ID); err != nil {
+	if _, err := h.M.HibernateSandbox(ctx, first.ID); err != nil {
 		t.Fatal(err)
 	}
-	woke, created, err := h.m.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "dev"})
+	woke, created, err := h.M.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "dev"})
 	if err != nil || created || woke.ID != first.ID {
 		t.Fatalf("hibernated = %+v, %v, %v", woke, created, err)
 	}
-	if _, err := h.m.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "dev", Template: "app"}); !errdefs.IsConflict(err) {
+	if _, err := h.M.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "dev", Template: "app"}); !errdefs.IsConflict(err) {
 		t.Fatalf("CreateSandbox of a taken name with another template: %v", err)
 	}
 }
@@ -361,43 +362,43 @@ func TestInprocNamed(t *testing.T) {
 // Pause, hibernate and resume on a real guest: processes are stopped while
 // paused, gone after hibernation, and the sandbox answers after resume.
 func TestInprocLifecycle(t *testing.T) {
-	h := newHarness(t)
+	h := sandboxtest.New(t)
 	ctx := ctxT(t)
-	sb := h.create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent})
-	if _, err := h.m.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
+	sb := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent})
+	if _, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := h.m.PauseSandbox(ctx, sb.ID); err != nil || got.State != api.StatePaused {
+	if got, err := h.M.PauseSandbox(ctx, sb.ID); err != nil || got.State != api.StatePaused {
 		t.Fatalf("Pause = %+v, %v", got, err)
 	}
-	st, err := h.m.SandboxStats(ctx, sb.ID)
+	st, err := h.M.SandboxStats(ctx, sb.ID)
 	if err != nil || st.Pids < 2 {
 		t.Fatalf("SandboxStats = %+v, %v", st, err)
 	}
-	if got, err := h.m.ResumeSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
+	if got, err := h.M.ResumeSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
 		t.Fatalf("Resume = %+v, %v", got, err)
 	}
-	if got, err := h.m.HibernateSandbox(ctx, sb.ID); err != nil || got.State != api.StateHibernated {
+	if got, err := h.M.HibernateSandbox(ctx, sb.ID); err != nil || got.State != api.StateHibernated {
 		t.Fatalf("Hibernate = %+v, %v", got, err)
 	}
 	if p := inproc.Processes(sb.ID); len(p) != 0 {
 		t.Fatalf("processes of a hibernated sandbox: %v", p)
 	}
-	r := h.exec(sb.ID, api.ExecRequest{Command: "echo woke"})
-	if r.stdout != "woke\n" {
+	r := h.Exec(sb.ID, api.ExecRequest{Command: "echo woke"})
+	if r.Stdout != "woke\n" {
 		t.Fatalf("exec on a hibernated sandbox = %+v", r)
 	}
-	if got, _ := h.m.GetSandbox(ctx, sb.ID); got.State != api.StateRunning {
+	if got, _ := h.M.GetSandbox(ctx, sb.ID); got.State != api.StateRunning {
 		t.Fatalf("after the waking exec: %s", got.State)
 	}
-	tr, err := h.m.SandboxTransitions(ctx, sb.ID)
+	tr, err := h.M.SandboxTransitions(ctx, sb.ID)
 	if err != nil || len(tr) < 5 {
 		t.Fatalf("transitions = %+v, %v", tr, err)
 	}
-	if err := h.m.DestroyAll(ctx); err != nil {
+	if err := h.M.DestroyAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := h.m.ListSandboxes(ctx, nil); len(l) != 0 {
+	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 0 {
 		t.Fatalf("after DestroyAll: %d sandboxes", len(l))
 	}
 }
