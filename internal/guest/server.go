@@ -52,7 +52,9 @@ type Options struct {
 	// PID 1 (the in-process test backend, internal/runtime/inproc): the
 	// reaper waits only for the processes this Serve started, so several
 	// Serves may run in one process beside os/exec, and inherited
-	// descriptors are left as they are. Orphans are not reaped.
+	// descriptors are left as they are. Orphans are not reaped. A Serve
+	// that is not Embedded must not run in the same process: its reaper
+	// takes every child's status, and an Embedded one would wait forever.
 	Embedded bool
 	// Env is added to the environment of every process started, before
 	// the request's own variables (which win).
