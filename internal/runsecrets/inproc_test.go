@@ -70,7 +70,7 @@ func newEnv(t *testing.T) (*sandboxtest.Env, *runsecrets.Secrets) {
 		t.Fatal(err)
 	}
 	sec := runsecrets.New(runsecrets.Config{Store: &mapStore{m: map[string][]byte{}}, Tokens: secrets.NewTokens(key), Logger: slog.New(slog.DiscardHandler)})
-	env := sandboxtest.New(t, func(c *sandbox.Config) { c.Extensions = []sandbox.Extension{sec} })
+	env := sandboxtest.New(t, func(_ *sandboxtest.Env, c *sandbox.Config) { c.Extensions = []sandbox.Extension{sec} })
 	return env, sec
 }
 

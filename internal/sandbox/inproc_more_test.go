@@ -94,7 +94,7 @@ func TestInprocWarmPool(t *testing.T) {
 	}
 }
 
-// Tenants see only their own sandboxes and checkpoints; a tenant with
+// Tenants see only their own sandboxes and templates; a tenant with
 // sandboxes is not purged, one without is.
 func TestInprocTenants(t *testing.T) {
 	h := sandboxtest.New(t)
@@ -116,13 +116,6 @@ func TestInprocTenants(t *testing.T) {
 	}
 	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 1 {
 		t.Fatalf("the admin lists %d sandboxes", len(l))
-	}
-	ck, err := h.M.CreateCheckpoint(acme, sb.ID, api.CreateCheckpointRequest{Name: "c"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.M.GetCheckpoint(other, ck.ID); !errdefs.IsNotFound(err) {
-		t.Fatalf("another tenant sees the checkpoint: %v", err)
 	}
 	if _, err := h.M.SaveTemplate(acme, sb.ID, api.SaveTemplateRequest{Name: "mine"}); err != nil {
 		t.Fatal(err)
@@ -148,9 +141,6 @@ func TestInprocTenants(t *testing.T) {
 	if err := h.M.PurgeTenant(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.M.GetCheckpoint(ctx, ck.ID); !errdefs.IsNotFound(err) {
-		t.Fatalf("checkpoint after purge: %v", err)
-	}
 	if _, err := h.M.GetTemplate(acme, "mine"); !errdefs.IsNotFound(err) {
 		t.Fatalf("template after purge: %v", err)
 	}
@@ -160,7 +150,7 @@ func TestInprocTenants(t *testing.T) {
 // it (its processes gone) and a call wakes it; the lifetime deletes it.
 func TestInprocIdleAndLifetime(t *testing.T) {
 	clk := clocktest.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	h := sandboxtest.New(t, func(c *sandbox.Config) { c.Clock = clk })
+	h := sandboxtest.New(t, func(_ *sandboxtest.Env, c *sandbox.Config) { c.Clock = clk })
 	ctx := ctxT(t)
 	sb := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent, Idle: &api.IdlePolicy{PauseAfterSeconds: 60, HibernateAfterSeconds: 120}})
 	if _, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
@@ -200,7 +190,7 @@ func TestInprocGuestExit(t *testing.T) {
 	h := sandboxtest.New(t)
 	ctx := ctxT(t)
 	sb := h.Create(api.CreateSandboxRequest{})
-	if err := inproc.New(inproc.Config{}).Cleanup(ctx, specOf(t, h, sb.ID)); err != nil {
+	if err := inproc.New(inproc.Config{}).Cleanup(ctx, h.RuntimeSpec(sb.ID)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the guest's exit to be noticed", func() bool {

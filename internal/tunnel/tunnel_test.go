@@ -41,7 +41,7 @@ func TestInprocTunnel(t *testing.T) {
 		conn.Write([]byte(sandboxID + ":" + line))
 		seen <- sandboxID
 	})
-	env := sandboxtest.New(t, func(c *sandbox.Config) { c.Extensions = []sandbox.Extension{tun} })
+	env := sandboxtest.New(t, func(_ *sandboxtest.Env, c *sandbox.Config) { c.Extensions = []sandbox.Extension{tun} })
 	sb := env.Create(api.CreateSandboxRequest{})
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	var reply string

@@ -46,10 +46,13 @@ type Env struct {
 	Backend *inproc.Backend
 }
 
-// New returns an Env whose Manager is built from a Config that each edit
-// may change (Extensions, Clock, ...) before the Manager is. Everything
-// is removed when t ends.
-func New(t testing.TB, edit ...func(*sandbox.Config)) *Env {
+// Option changes the Manager's Config (Extensions, Clock, ...) before
+// the Manager is built; e has its Store, Layers and Templates already.
+type Option func(e *Env, c *sandbox.Config)
+
+// New returns an Env whose Manager is built from a Config each option may
+// change. Everything is removed when t ends.
+func New(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	dir := t.TempDir()
 	ids := runtime.IDMap{HostID: uint32(os.Getuid()), Size: 1}
@@ -102,10 +105,11 @@ func New(t testing.TB, edit ...func(*sandbox.Config)) *Env {
 		IDs: ids, DefaultTemplate: "base", Layers: ls, Version: "v-test",
 		Logger: slog.New(slog.DiscardHandler),
 	}
-	for _, e := range edit {
-		e(&cfg)
+	e := &Env{T: t, Store: st, Layers: ls, Templates: tm, Base: base, Backend: inproc.New(inproc.Config{Version: "guest-test"})}
+	for _, o := range opts {
+		o(e, &cfg)
 	}
-	e := &Env{T: t, Store: st, Layers: ls, Templates: tm, Config: cfg, Base: base, Backend: inproc.New(inproc.Config{Version: "guest-test"})}
+	e.Config = cfg
 	e.M = e.Manager()
 	return e
 }
@@ -152,6 +156,17 @@ func (e *Env) Upper(id string) string {
 		e.T.Fatal(err)
 	}
 	return rec.UpperDir
+}
+
+// RuntimeSpec is the backend's spec of recorded sandbox id as far as its
+// paths go: enough for the backend's Cleanup.
+func (e *Env) RuntimeSpec(id string) runtime.Spec {
+	e.T.Helper()
+	rec, err := e.Store.GetSandbox(context.Background(), id)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return runtime.Spec{ID: id, SocketPath: rec.SocketPath, StateDir: rec.StateDir, UpperDir: rec.UpperDir}
 }
 
 // Write puts a file into sandbox id's writable layer.

@@ -1,4 +1,10 @@
-package sandbox_test
+package snapshot_test
+
+// The feature on a real Manager and guests (sandboxtest, the in-process
+// backend, whose guest serves the sandbox's upper dir as "/"): checkpoints
+// capture the writable layer, restore puts it back, forks start from it,
+// diff and merge compare and combine states, an exec transaction rolls
+// back.
 
 import (
 	"context"
@@ -11,53 +17,76 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
+	"github.com/agentbox/agentbox/internal/snapshot"
 )
+
+// newEnv is a Manager with the snapshot feature attached.
+func newEnv(t *testing.T) (*sandboxtest.Env, *snapshot.Snapshots) {
+	var sn *snapshot.Snapshots
+	h := sandboxtest.New(t, func(e *sandboxtest.Env, c *sandbox.Config) {
+		sn = snapshot.New(snapshot.Config{Layers: e.Layers, Checkpoints: e.Store, IDs: c.IDs})
+		c.Extensions = append(c.Extensions, sn)
+	})
+	return h, sn
+}
+
+// txn runs an exec transaction through the feature and reads its stream.
+func txn(t *testing.T, sn *snapshot.Snapshots, id string, req api.ExecRequest) sandboxtest.Result {
+	t.Helper()
+	s, err := sn.Exec(sandboxtest.Context(t), id, req)
+	if err != nil {
+		t.Fatalf("Exec(%s, %+v): %v", id, req, err)
+	}
+	return sandboxtest.Drain(t, s)
+}
+
+func ctxT(t *testing.T) context.Context { return sandboxtest.Context(t) }
 
 // Checkpoints capture the writable layer; restore puts it back; fork
 // starts new sandboxes from it.
 func TestInprocCheckpointRestoreFork(t *testing.T) {
-	h := sandboxtest.New(t)
+	h, sn := newEnv(t)
 	ctx := ctxT(t)
 	sb := h.Create(api.CreateSandboxRequest{Env: map[string]string{"A": "1"}})
 	h.Write(sb.ID, "work/state.txt", "one\n")
-	ck, err := h.M.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "first", Labels: map[string]string{"k": "v"}})
+	ck, err := sn.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "first", Labels: map[string]string{"k": "v"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ck.SandboxID != sb.ID || ck.Name != "first" || ck.Template != "base" || len(ck.Layers) < 2 {
 		t.Fatalf("checkpoint %+v", ck)
 	}
-	if got, err := h.M.GetCheckpoint(ctx, ck.ID); err != nil || got.ID != ck.ID {
+	if got, err := sn.GetCheckpoint(ctx, ck.ID); err != nil || got.ID != ck.ID {
 		t.Fatalf("GetCheckpoint = %+v, %v", got, err)
 	}
-	if l, err := h.M.ListCheckpoints(ctx, sb.ID); err != nil || len(l) != 1 {
+	if l, err := sn.ListCheckpoints(ctx, sb.ID); err != nil || len(l) != 1 {
 		t.Fatalf("ListCheckpoints = %+v, %v", l, err)
 	}
 
 	h.Write(sb.ID, "work/state.txt", "two\n")
 	h.Write(sb.ID, "work/extra.txt", "x\n")
-	d, err := h.M.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID, true)
+	d, err := sn.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Added != 1 || d.Modified != 1 || d.Deleted != 0 {
 		t.Fatalf("Diff = %+v", d)
 	}
-	if _, err := h.M.Diff(ctx, "template:base", sb.ID, false); err != nil {
+	if _, err := sn.Diff(ctx, "template:base", sb.ID, false); err != nil {
 		t.Fatalf("Diff(template, bare id): %v", err)
 	}
-	if _, err := h.M.Diff(ctx, "bogus:x", sb.ID, false); !errdefs.IsInvalidArgument(err) {
+	if _, err := sn.Diff(ctx, "bogus:x", sb.ID, false); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("Diff(bogus ref): %v", err)
 	}
-	th1, err := h.M.TreeHash(ctx, sb.ID)
+	th1, err := sn.TreeHash(ctx, sb.ID)
 	if err != nil || th1.TreeHash == "" {
 		t.Fatalf("TreeHash = %+v, %v", th1, err)
 	}
 
-	res, err := h.M.Restore(ctx, sb.ID, "first")
+	res, err := sn.Restore(ctx, sb.ID, "first")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,14 +100,14 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(up, "work/extra.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("extra.txt after restore: %v", err)
 	}
-	if th2, _ := h.M.TreeHash(ctx, sb.ID); th2.TreeHash == th1.TreeHash {
+	if th2, _ := sn.TreeHash(ctx, sb.ID); th2.TreeHash == th1.TreeHash {
 		t.Fatal("tree hash unchanged by restore")
 	}
 	if r := h.Exec(sb.ID, api.ExecRequest{Command: "echo $A"}); r.Stdout != "1\n" {
 		t.Fatalf("exec after restore = %+v", r)
 	}
 
-	fr, err := h.M.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: 2, Labels: map[string]string{"fork": "yes"}, Env: map[string]string{"B": "2"}})
+	fr, err := sn.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: 2, Labels: map[string]string{"fork": "yes"}, Env: map[string]string{"B": "2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +118,7 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 		if f.Labels["fork"] != "yes" || f.Env["B"] != "2" || f.Env["A"] != "1" || f.State != api.StateRunning {
 			t.Fatalf("fork %+v", f)
 		}
-		d, err := h.M.Diff(ctx, "checkpoint:"+fr.Checkpoint, "sandbox:"+f.ID, false)
+		d, err := sn.Diff(ctx, "checkpoint:"+fr.Checkpoint, "sandbox:"+f.ID, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,29 +131,29 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 			t.Fatalf("exec in fork = %+v", r)
 		}
 	}
-	fc, err := h.M.ForkCheckpoint(ctx, ck.ID, api.ForkRequest{})
+	fc, err := sn.ForkCheckpoint(ctx, ck.ID, api.ForkRequest{})
 	if err != nil || len(fc.Sandboxes) != 1 {
 		t.Fatalf("ForkCheckpoint = %+v, %v", fc, err)
 	}
-	if _, err := h.M.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: -1}); !errdefs.IsInvalidArgument(err) {
+	if _, err := sn.ForkSandbox(ctx, sb.ID, api.ForkRequest{Count: -1}); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("fork count -1: %v", err)
 	}
 
 	// The restored sandbox and the checkpoint's fork stand on ck.
-	if err := h.M.DeleteCheckpoint(ctx, ck.ID); !errdefs.IsConflict(err) {
+	if err := sn.DeleteCheckpoint(ctx, ck.ID); !errdefs.IsConflict(err) {
 		t.Fatalf("deleting a checkpoint in use: %v", err)
 	}
-	spare, err := h.M.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "spare"})
+	spare, err := sn.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "spare"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.M.DeleteCheckpoint(ctx, spare.ID); err != nil {
+	if err := sn.DeleteCheckpoint(ctx, spare.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.M.GetCheckpoint(ctx, spare.ID); !errdefs.IsNotFound(err) {
+	if _, err := sn.GetCheckpoint(ctx, spare.ID); !errdefs.IsNotFound(err) {
 		t.Fatalf("GetCheckpoint after delete: %v", err)
 	}
-	if _, err := h.M.Restore(ctx, sb.ID, spare.ID); !errdefs.IsNotFound(err) {
+	if _, err := sn.Restore(ctx, sb.ID, spare.ID); !errdefs.IsNotFound(err) {
 		t.Fatalf("Restore of a deleted checkpoint: %v", err)
 	}
 }
@@ -132,11 +161,11 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 // Merge applies a fork's changes to its origin; conflicts fail unless a
 // strategy resolves them.
 func TestInprocMerge(t *testing.T) {
-	h := sandboxtest.New(t)
+	h, sn := newEnv(t)
 	ctx := ctxT(t)
 	sb := h.Create(api.CreateSandboxRequest{})
 	h.Write(sb.ID, "shared.txt", "base\n")
-	fr, err := h.M.ForkSandbox(ctx, sb.ID, api.ForkRequest{})
+	fr, err := sn.ForkSandbox(ctx, sb.ID, api.ForkRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,17 +174,17 @@ func TestInprocMerge(t *testing.T) {
 	h.Write(child, "shared.txt", "child\n")
 	h.Write(sb.ID, "shared.txt", "parent\n")
 
-	if _, err := h.M.Merge(ctx, sb.ID, api.MergeRequest{From: child}); !errdefs.IsConflict(err) {
+	if _, err := sn.Merge(ctx, sb.ID, api.MergeRequest{From: child}); !errdefs.IsConflict(err) {
 		t.Fatalf("conflicting merge: %v", err)
 	}
-	dry, err := h.M.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: api.MergeOurs, DryRun: true})
+	dry, err := sn.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: api.MergeOurs, DryRun: true})
 	if err != nil || len(dry.Conflicts) != 1 {
 		t.Fatalf("dry run = %+v, %v", dry, err)
 	}
 	if _, err := os.Stat(filepath.Join(h.Upper(sb.ID), "new.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("dry run applied a change")
 	}
-	res, err := h.M.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: api.MergeTheirs})
+	res, err := sn.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: api.MergeTheirs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,11 +200,11 @@ func TestInprocMerge(t *testing.T) {
 			t.Fatalf("%s after merge = %q, %v", name, b, err)
 		}
 	}
-	if _, err := h.M.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: "sideways"}); !errdefs.IsInvalidArgument(err) {
+	if _, err := sn.Merge(ctx, sb.ID, api.MergeRequest{From: child, Strategy: "sideways"}); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("bad strategy: %v", err)
 	}
 	other := h.Create(api.CreateSandboxRequest{})
-	if _, err := h.M.Merge(ctx, sb.ID, api.MergeRequest{From: other.ID}); err == nil {
+	if _, err := sn.Merge(ctx, sb.ID, api.MergeRequest{From: other.ID}); err == nil {
 		t.Fatal("merge of an unrelated sandbox succeeded")
 	}
 }
@@ -183,7 +212,7 @@ func TestInprocMerge(t *testing.T) {
 // An exec with RollbackOnFailure restores the checkpoint taken before it
 // when the command fails.
 func TestInprocExecTransaction(t *testing.T) {
-	h := sandboxtest.New(t)
+	h, sn := newEnv(t)
 	sb := h.Create(api.CreateSandboxRequest{})
 	h.Write(sb.ID, "keep.txt", "before\n")
 	// read returns keep.txt as the sandbox sees it.
@@ -196,14 +225,14 @@ func TestInprocExecTransaction(t *testing.T) {
 		b, _ := io.ReadAll(rc)
 		return string(b)
 	}
-	r := h.Exec(sb.ID, api.ExecRequest{Command: "echo after > keep.txt; exit 1", RollbackOnFailure: true})
+	r := txn(t, sn, sb.ID, api.ExecRequest{Command: "echo after > keep.txt; exit 1", RollbackOnFailure: true})
 	if r.Code != 1 {
 		t.Fatalf("exec = %+v", r)
 	}
 	if got := read(); got != "before\n" {
 		t.Fatalf("after a failed transaction keep.txt = %q, want it rolled back", got)
 	}
-	r = h.Exec(sb.ID, api.ExecRequest{Command: "echo after > keep.txt", RollbackOnFailure: true})
+	r = txn(t, sn, sb.ID, api.ExecRequest{Command: "echo after > keep.txt", RollbackOnFailure: true})
 	if r.Code != 0 {
 		t.Fatalf("exec = %+v", r)
 	}
@@ -215,7 +244,7 @@ func TestInprocExecTransaction(t *testing.T) {
 // Save a sandbox as a template version and create from it; export and
 // import it again.
 func TestInprocTemplates(t *testing.T) {
-	h := sandboxtest.New(t)
+	h, sn := newEnv(t)
 	ctx := ctxT(t)
 	sb := h.Create(api.CreateSandboxRequest{})
 	h.Write(sb.ID, "app/app.txt", "app\n")
@@ -238,7 +267,7 @@ func TestInprocTemplates(t *testing.T) {
 		t.Fatalf("GetTemplate = %+v, %v", tp, err)
 	}
 	app := h.Create(api.CreateSandboxRequest{Template: "app@1"})
-	d, err := h.M.Diff(ctx, "template:app", "sandbox:"+app.ID, false)
+	d, err := sn.Diff(ctx, "template:app", "sandbox:"+app.ID, false)
 	if err != nil || len(d.Changes) != 0 {
 		t.Fatalf("new sandbox differs from its template: %+v, %v", d, err)
 	}
@@ -273,7 +302,7 @@ func TestInprocTemplates(t *testing.T) {
 // restart) re-adopts the running sandboxes; a sandbox whose guest is gone
 // is reaped.
 func TestInprocRecover(t *testing.T) {
-	h := sandboxtest.New(t)
+	h, sn := newEnv(t)
 	ctx := ctxT(t)
 	a := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"n": "a"}})
 	b := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"n": "b"}})
@@ -281,13 +310,13 @@ func TestInprocRecover(t *testing.T) {
 	if _, err := h.M.HibernateSandbox(ctx, hib.ID); err != nil {
 		t.Fatal(err)
 	}
-	ck, err := h.M.CreateCheckpoint(ctx, a.ID, api.CreateCheckpointRequest{Name: "before-restart"})
+	ck, err := sn.CreateCheckpoint(ctx, a.ID, api.CreateCheckpointRequest{Name: "before-restart"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.M.Close()
 	// b's guest dies while no daemon runs.
-	if err := inproc.New(inproc.Config{}).Cleanup(ctx, specOf(t, h, b.ID)); err != nil {
+	if err := inproc.New(inproc.Config{}).Cleanup(ctx, h.RuntimeSpec(b.ID)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -312,7 +341,7 @@ func TestInprocRecover(t *testing.T) {
 	if got, err := m2.GetSandbox(ctx, hib.ID); err != nil || got.State != api.StateHibernated {
 		t.Fatalf("recovered hibernated = %+v, %v", got, err)
 	}
-	if _, err := m2.GetCheckpoint(ctx, ck.ID); err != nil {
+	if _, err := sn.GetCheckpoint(ctx, ck.ID); err != nil {
 		t.Fatalf("checkpoint after recover: %v", err)
 	}
 	if q, err := m2.Quarantine(ctx); err != nil || len(q) != 0 {
@@ -323,21 +352,9 @@ func TestInprocRecover(t *testing.T) {
 	}
 }
 
-// specOf rebuilds the runtime spec paths of a recorded sandbox, enough for
-// the backend's Cleanup.
-func specOf(t *testing.T, h *sandboxtest.Env, id string) (spec runtime.Spec) {
-	t.Helper()
-	rec, err := h.Store.GetSandbox(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.ID, spec.SocketPath, spec.StateDir = id, rec.SocketPath, rec.StateDir
-	return spec
-}
-
 // Named sandboxes: CreateOrGetSandbox returns the one of that name.
 func TestInprocNamed(t *testing.T) {
-	h := sandboxtest.New(t)
+	h, _ := newEnv(t)
 	ctx := ctxT(t)
 	first, created, err := h.M.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "dev"})
 	if err != nil || !created {
@@ -362,7 +379,7 @@ func TestInprocNamed(t *testing.T) {
 // Pause, hibernate and resume on a real guest: processes are stopped while
 // paused, gone after hibernation, and the sandbox answers after resume.
 func TestInprocLifecycle(t *testing.T) {
-	h := sandboxtest.New(t)
+	h, _ := newEnv(t)
 	ctx := ctxT(t)
 	sb := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent})
 	if _, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
