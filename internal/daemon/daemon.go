@@ -72,7 +72,7 @@ type Daemon struct {
 func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err error) {
 	log := opts.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.UIDMapBase != cfg.GIDMapBase || cfg.UIDMapSize != cfg.GIDMapSize {
 		return nil, fmt.Errorf("uid map %d+%d and gid map %d+%d must be the same range: %w",
@@ -104,7 +104,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			return nil, fmt.Errorf("locating the agentbox binary: %w", err)
 		}
 	}
-	st, err := store.Open(filepath.Join(cfg.DataDir, "meta.db"))
+	st, err := store.Open(filepath.Join(cfg.DataDir, "meta.db"), store.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			_ = backend.Close()
 		}
 	}()
-	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids, layerOptions(cfg)...)
+	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids, layerOptions(cfg, log)...)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +254,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := pipe.start(ctx); err != nil {
 		return nil, err
 	}
-	gc := newCollector(mgr)
+	gc := newCollector(mgr, log)
 	handler := httpapi.New(service{mgr, pipe, tenants, gc}, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,

@@ -15,7 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenantstore"
 )
 
 // Key format: "abx_<id>_<secret>", id 16 characters of [a-z0-9] (public,
@@ -36,14 +36,14 @@ const (
 //
 // All methods are safe for concurrent use.
 type Registry struct {
-	st  store.TenantStore
+	st  tenantstore.TenantStore
 	log *slog.Logger
 	now func() time.Time
 
 	// mu guards the fields below.
 	mu      sync.Mutex
 	tenants map[string]api.Tenant
-	keys    map[string]store.APIKeyRecord // by key id
+	keys    map[string]tenantstore.APIKeyRecord // by key id
 	live    map[string]map[*liveReq]struct{}
 	quota   quotaState
 }
@@ -52,11 +52,11 @@ type Registry struct {
 type liveReq struct{ cancel context.CancelCauseFunc }
 
 // Open loads the registry from st.
-func Open(ctx context.Context, st store.TenantStore, log *slog.Logger) (*Registry, error) {
+func Open(ctx context.Context, st tenantstore.TenantStore, log *slog.Logger) (*Registry, error) {
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Registry{st: st, log: log, now: time.Now, tenants: map[string]api.Tenant{}, keys: map[string]store.APIKeyRecord{}, live: map[string]map[*liveReq]struct{}{}}
+	r := &Registry{st: st, log: log, now: time.Now, tenants: map[string]api.Tenant{}, keys: map[string]tenantstore.APIKeyRecord{}, live: map[string]map[*liveReq]struct{}{}}
 	ts, err := st.ListTenants(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("loading tenants: %w", err)
@@ -278,7 +278,7 @@ func (r *Registry) CreateKey(ctx context.Context, p Principal, req api.CreateAPI
 	_, _ = rand.Read(secret) // crypto/rand.Read never fails on Linux
 	key := keyPrefix + id + "_" + hex.EncodeToString(secret)
 	sum := sha256.Sum256([]byte(key))
-	rec := store.APIKeyRecord{
+	rec := tenantstore.APIKeyRecord{
 		Key:  api.APIKey{ID: id, Tenant: req.Tenant, Scope: req.Scope, Name: req.Name, CreatedAt: r.now().UTC().Truncate(time.Second)},
 		Hash: hex.EncodeToString(sum[:]),
 	}
