@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/cleanup"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
@@ -69,7 +70,13 @@ type Daemon struct {
 
 // New opens the data dir, re-adopts the sandboxes a previous daemon left
 // running and returns a daemon ready to Serve. cfg must be validated.
+//
+// On error New undoes what it did (in reverse order: see package cleanup):
+// the store and the socket-dir lock are released, the backend closed and
+// the sandboxes dir's bind mount, when New made it, unmounted.
 func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err error) {
+	var undo cleanup.Stack
+	defer undo.Clean()
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -108,22 +115,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			st.Close()
-		}
-	}()
+	undo.Add(func() { st.Close() })
 	// The data dir is this daemon's now (the store's lock); so must be the
 	// directory of its sockets before anything there is swept.
 	runLock, err := lockRunDir(filepath.Dir(cfg.SocketPath))
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			runLock.Close()
-		}
-	}()
+	undo.Add(func() { runLock.Close() })
 	// Refused here rather than at the first create, where a cgo or
 	// dynamically linked guest fails with an obscure setup error.
 	if err := runner.CheckStatic(guestBin); err != nil {
@@ -133,9 +132,15 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	if err := protectSandboxesDir(cfg.DataDir); err != nil {
+	unprotect, err := protectSandboxesDir(cfg.DataDir)
+	if err != nil {
 		return nil, err
 	}
+	undo.Add(func() {
+		if err := unprotect(); err != nil {
+			log.Warn("unmounting the sandboxes dir", "err", err)
+		}
+	})
 	dq, dqErr := setupDiskQuota(cfg.DataDir, log) // before any guest is spawned; see limits.go
 	// Two guests are kept prespawned so a create skips the clone, the exec
 	// of the runner, its start-up and its move into a cgroup (see
@@ -159,11 +164,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, fmt.Errorf("starting the native backend: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = backend.Close()
-		}
-	}()
+	undo.Add(func() { _ = backend.Close() })
 	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids, layerOptions(cfg, log)...)
 	if err != nil {
 		return nil, err
@@ -218,11 +219,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			stopBridge()
-		}
-	}()
+	undo.Add(stopBridge)
 	if err := setupEgress(cfg, mgr, sandbox.TenantSecrets{Store: secStore}, log); err != nil {
 		return nil, err
 	}
@@ -239,11 +236,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := mgr.PrepareDisks(ctx); err != nil {
 		log.Warn("disks of the default limit are formatted at create", "err", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = mgr.CloseDisks()
-		}
-	}()
+	undo.Add(func() { _ = mgr.CloseDisks() })
 	// Only now, with every recovered sandbox's id range taken, may
 	// prespawned guests take ranges.
 	backend.FillPool()
@@ -259,6 +252,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Logger:  log,
 		Version: version.Version,
 	})
+	undo.Release()
 	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock}, nil
 }
 
