@@ -19,7 +19,6 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/cleanup"
 	"github.com/agentbox/agentbox/internal/config"
-	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/layers"
@@ -81,12 +80,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.UIDMapBase != cfg.GIDMapBase || cfg.UIDMapSize != cfg.GIDMapSize {
-		return nil, fmt.Errorf("uid map %d+%d and gid map %d+%d must be the same range: %w",
-			cfg.UIDMapBase, cfg.UIDMapSize, cfg.GIDMapBase, cfg.GIDMapSize, errdefs.ErrInvalidArgument)
-	}
-	// The range is cut into 65536-id slots: slot 0 owns every layer and
-	// writable layer on disk, each sandbox runs in a slot of its own.
+	// The range (uid and gid maps are one, Validate says) is cut into
+	// 65536-id slots: slot 0 owns every layer and writable layer on disk,
+	// each sandbox runs in a slot of its own.
 	idRanges, err := idrange.New(cfg.UIDMapBase, cfg.UIDMapSize)
 	if err != nil {
 		return nil, fmt.Errorf("uid/gid map: %w", err)
@@ -142,16 +138,15 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		}
 	})
 	dq, dqErr := setupDiskQuota(cfg.DataDir, log) // before any guest is spawned; see limits.go
-	// Two guests are kept prespawned so a create skips the clone, the exec
-	// of the runner, its start-up and its move into a cgroup (see
-	// native.Prespawn); two, so back-to-back creates find one fully warm.
-	// Every daemon has a cgroup parent of its own (derived from its data
+	// cfg.Prespawn guests are kept started so a create skips the clone,
+	// the exec of the runner, its start-up and its move into a cgroup (see
+	// native.Prespawn). Every daemon has a cgroup parent of its own (derived from its data
 	// dir unless configured), locked for its life: a neighbour's start-up
 	// sweep never sees this one's sandboxes or prespawned guests.
 	parent := cfg.EffectiveCgroupParent(realDataDir)
 	log.Info("cgroup parent", "parent", parent, "derived", cfg.CgroupParent == "")
-	backend, err := native.New(native.Config{Logger: log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: &native.Prespawn{
-		Size:      2,
+	backend, err := native.New(native.Config{Logger: log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: prespawn(cfg, &native.Prespawn{
+		Size:      cfg.Prespawn,
 		RunnerDir: runnerDir,
 		IDs:       idRanges,
 		LayerIDs:  ids,
@@ -160,7 +155,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// Every path of a sandbox's spec is in the data dir; a waiting
 		// zygote holds no other mount of the host.
 		Keep: []string{filepath.Clean(cfg.DataDir)},
-	}})
+	})})
 	if err != nil {
 		return nil, fmt.Errorf("starting the native backend: %w", err)
 	}
@@ -254,6 +249,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	})
 	undo.Release()
 	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock}, nil
+}
+
+// prespawn is p, or nil (no guests kept started) when cfg.Prespawn is 0.
+func prespawn(cfg *config.Config, p *native.Prespawn) *native.Prespawn {
+	if cfg.Prespawn == 0 {
+		return nil
+	}
+	return p
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/config"
@@ -44,19 +43,12 @@ func setupEgress(cfg *config.Config, mgr *sandbox.Manager, secrets egress.Secret
 		}
 		ecfg.RootCAs = pool
 	}
-	for _, s := range cfg.EgressPermit {
-		r, err := egress.ParsePermit(s)
-		if err != nil {
-			return err
-		}
-		ecfg.Permit = append(ecfg.Permit, r)
+	permit, err := cfg.EgressPermitRules()
+	if err != nil {
+		return err
 	}
-	if cfg.TCPAddr != "" {
-		_, ps, err := net.SplitHostPort(cfg.TCPAddr)
-		port, perr := strconv.Atoi(ps)
-		if err != nil || perr != nil {
-			return fmt.Errorf("tcp address %q must be host:port: %w", cfg.TCPAddr, errdefs.ErrInvalidArgument)
-		}
+	ecfg.Permit = permit
+	if port, ok := cfg.TCPPort(); ok {
 		ecfg.SelfPorts = append(ecfg.SelfPorts, port)
 	}
 	mgr.SetNetworkEdge(egress.New(ecfg))
