@@ -2,15 +2,11 @@ package test
 
 import (
 	"bytes"
-	"compress/flate"
-	"compress/gzip"
-	"compress/zlib"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,12 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/andybalholm/brotli"
-	"github.com/klauspost/compress/zstd"
-
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/redact"
+	"github.com/agentbox/agentbox/internal/testutil/codingtest"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
@@ -109,85 +103,6 @@ func parseRawget(out string) rawResult {
 	return r
 }
 
-// encodeBody applies codings (in the order listed, as Content-Encoding
-// lists them) to b.
-func encodeBody(t *testing.T, b []byte, codings []string) []byte {
-	t.Helper()
-	for _, c := range codings {
-		var buf bytes.Buffer
-		var w io.WriteCloser
-		switch c {
-		case "gzip":
-			w = gzip.NewWriter(&buf)
-		case "deflate":
-			w, _ = zlib.NewWriterLevel(&buf, zlib.BestCompression)
-		case "raw-deflate":
-			w, _ = flate.NewWriter(&buf, flate.BestCompression)
-		case "br":
-			w = brotli.NewWriter(&buf)
-		case "zstd":
-			w, _ = zstd.NewWriter(&buf)
-		default: // an unknown coding: the bytes as they are, reversed
-			rev := make([]byte, len(b))
-			for i := range b {
-				rev[len(b)-1-i] = b[i]
-			}
-			b = rev
-			continue
-		}
-		if _, err := w.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		b = buf.Bytes()
-	}
-	return b
-}
-
-// decodeBody undoes codings (listed as Content-Encoding lists them) as far
-// as it can, returning every intermediate form.
-func decodeBody(b []byte, codings []string) [][]byte {
-	forms := [][]byte{b}
-	for i := len(codings) - 1; i >= 0; i-- {
-		var r io.Reader
-		var err error
-		switch codings[i] {
-		case "gzip":
-			r, err = gzip.NewReader(bytes.NewReader(b))
-		case "deflate":
-			r, err = zlib.NewReader(bytes.NewReader(b))
-		case "raw-deflate":
-			r = flate.NewReader(bytes.NewReader(b))
-		case "br":
-			r = brotli.NewReader(bytes.NewReader(b))
-		case "zstd":
-			var d *zstd.Decoder
-			d, err = zstd.NewReader(bytes.NewReader(b))
-			r = d
-		default:
-			rev := make([]byte, len(b))
-			for j := range b {
-				rev[len(b)-1-j] = b[j]
-			}
-			b = rev
-			forms = append(forms, b)
-			continue
-		}
-		if err != nil {
-			return forms
-		}
-		out, err := io.ReadAll(r)
-		if err != nil || len(out) == 0 {
-			return forms
-		}
-		b = out
-		forms = append(forms, b)
-	}
-	return forms
-}
-
 // leaks reports where secret (raw or in an encoding the redactor knows)
 // shows in what a sandbox received.
 func leaks(res rawResult, codings []string, secret string) string {
@@ -198,7 +113,7 @@ func leaks(res rawResult, codings []string, secret string) string {
 			where = append(where, "header line "+strconv.Quote(line))
 		}
 	}
-	for i, form := range decodeBody(res.body, codings) {
+	for i, form := range codingtest.Decode(res.body, codings...) {
 		if red.RedactString(string(form)) != string(form) {
 			where = append(where, fmt.Sprintf("body (%d codings undone of %q): %.120q", i, codings, form))
 		}
@@ -230,7 +145,7 @@ func hostileHandler(t *testing.T, seen *pathLog) http.HandlerFunc {
 			// servers send it.
 			wire := strings.ReplaceAll(strings.Join(codings, ", "), "raw-deflate", "deflate")
 			w.Header().Set("Content-Encoding", wire)
-			body = encodeBody(t, body, codings)
+			body = codingtest.Encode(t, body, codings...)
 		}
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(body)

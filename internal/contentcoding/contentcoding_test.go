@@ -2,48 +2,13 @@ package contentcoding
 
 import (
 	"bytes"
-	"compress/flate"
-	"compress/gzip"
-	"compress/zlib"
 	"errors"
 	"io"
 	"strings"
 	"testing"
 
-	"github.com/andybalholm/brotli"
-	"github.com/klauspost/compress/zstd"
+	"github.com/agentbox/agentbox/internal/testutil/codingtest"
 )
-
-// encode applies codings in order ("raw-deflate": deflate without zlib).
-func encode(t testing.TB, b []byte, codings ...string) []byte {
-	t.Helper()
-	for _, c := range codings {
-		var buf bytes.Buffer
-		var w io.WriteCloser
-		switch c {
-		case "gzip":
-			w = gzip.NewWriter(&buf)
-		case "deflate":
-			w = zlib.NewWriter(&buf)
-		case "raw-deflate":
-			w, _ = flate.NewWriter(&buf, flate.DefaultCompression)
-		case "br":
-			w = brotli.NewWriter(&buf)
-		case "zstd":
-			w, _ = zstd.NewWriter(&buf)
-		default:
-			t.Fatalf("coding %s", c)
-		}
-		if _, err := w.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		b = buf.Bytes()
-	}
-	return b
-}
 
 func decode(b []byte, header string, lim Limits) ([]byte, error) {
 	codings, err := Parse([]string{header})
@@ -76,7 +41,7 @@ func TestRoundTrips(t *testing.T) {
 		{"zstd,gzip, deflate", []string{"zstd", "gzip", "deflate"}},
 		{"gzip, identity", []string{"gzip"}},
 	} {
-		got, err := decode(encode(t, plain, c.apply...), c.header, Limits{})
+		got, err := decode(codingtest.Encode(t, plain, c.apply...), c.header, Limits{})
 		if err != nil || !bytes.Equal(got, plain) {
 			t.Errorf("%q: %d bytes, %v", c.header, len(got), err)
 		}
@@ -104,13 +69,13 @@ func TestRefusals(t *testing.T) {
 func TestBombsAreBounded(t *testing.T) {
 	zeros := make([]byte, 16<<20)
 	for _, c := range []string{"gzip", "br", "zstd"} {
-		bomb := encode(t, zeros, c)
+		bomb := codingtest.Encode(t, zeros, c)
 		_, err := decode(bomb, c, Limits{})
 		if !errors.Is(err, ErrTooLarge) {
 			t.Errorf("%s bomb (%d bytes): %v", c, len(bomb), err)
 		}
 	}
-	if _, err := decode(encode(t, []byte(strings.Repeat("x", 10000)), "gzip"), "gzip", Limits{MaxBytes: 1000}); !errors.Is(err, ErrTooLarge) {
+	if _, err := decode(codingtest.Encode(t, []byte(strings.Repeat("x", 10000)), "gzip"), "gzip", Limits{MaxBytes: 1000}); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("MaxBytes: %v", err)
 	}
 }
@@ -119,12 +84,12 @@ func TestBombsAreBounded(t *testing.T) {
 // decodes is what was encoded.
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte("hello"), "gzip", false)
-	f.Add(encode(f, []byte("hello hello hello"), "gzip"), "gzip", false)
-	f.Add(encode(f, []byte("hello"), "deflate"), "deflate", false)
-	f.Add(encode(f, []byte("hello"), "raw-deflate"), "deflate", false)
-	f.Add(encode(f, []byte("hello"), "br"), "br", false)
-	f.Add(encode(f, []byte("hello"), "zstd"), "zstd", false)
-	f.Add(encode(f, []byte("hello"), "gzip", "br"), "gzip, br", false)
+	f.Add(codingtest.Encode(f, []byte("hello hello hello"), "gzip"), "gzip", false)
+	f.Add(codingtest.Encode(f, []byte("hello"), "deflate"), "deflate", false)
+	f.Add(codingtest.Encode(f, []byte("hello"), "raw-deflate"), "deflate", false)
+	f.Add(codingtest.Encode(f, []byte("hello"), "br"), "br", false)
+	f.Add(codingtest.Encode(f, []byte("hello"), "zstd"), "zstd", false)
+	f.Add(codingtest.Encode(f, []byte("hello"), "gzip", "br"), "gzip, br", false)
 	f.Add([]byte("hello"), "gzip", true)
 	f.Fuzz(func(t *testing.T, data []byte, header string, roundTrip bool) {
 		const maxBytes = 1 << 20
@@ -135,7 +100,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			var apply []string
 			apply = append(apply, codings...)
-			enc := encode(t, data, apply...)
+			enc := codingtest.Encode(t, data, apply...)
 			got, err := decode(enc, header, Limits{MaxBytes: maxBytes, MaxRatio: 1 << 20})
 			if len(data) <= maxBytes && (err != nil || !bytes.Equal(got, data)) {
 				t.Fatalf("round trip %q of %d bytes: %d bytes, %v", header, len(data), len(got), err)
