@@ -140,9 +140,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	dq, dqErr := setupDiskQuota(cfg.DataDir, log) // before any guest is spawned; see limits.go
 	// cfg.Prespawn guests are kept started so a create skips the clone,
 	// the exec of the runner, its start-up and its move into a cgroup (see
-	// native.Prespawn). Every daemon has a cgroup parent of its own (derived from its data
-	// dir unless configured), locked for its life: a neighbour's start-up
-	// sweep never sees this one's sandboxes or prespawned guests.
+	// native.Prespawn). Every daemon has a cgroup parent of its own
+	// (derived from its data dir unless configured), locked for its life:
+	// a neighbour's start-up sweep never sees this one's sandboxes or
+	// prespawned guests.
 	parent := cfg.EffectiveCgroupParent(realDataDir)
 	log.Info("cgroup parent", "parent", parent, "derived", cfg.CgroupParent == "")
 	backend, err := native.New(native.Config{Logger: log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: prespawn(cfg, &native.Prespawn{
