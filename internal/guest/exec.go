@@ -3,6 +3,7 @@ package guest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 // DefaultPath is the PATH of every process unless the request sets one.
@@ -110,12 +112,10 @@ func (s *server) resolveExec(req *api.ExecRequest) (*execSpec, error) {
 	if req.TTY != nil {
 		env["TERM"] = "xterm"
 	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return nil, fmt.Errorf("invalid environment variable %q: %w", k, errdefs.ErrInvalidArgument)
-		}
-		env[k] = v
+	if err := validate.Environ(req.Env); err != nil {
+		return nil, err
 	}
+	maps.Copy(env, req.Env)
 	spec := &execSpec{argv: argv}
 	for k, v := range env {
 		spec.env = append(spec.env, k+"="+v)

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/lazyregexp"
 	"github.com/agentbox/agentbox/internal/strictjson"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 // Limits on client input.
@@ -205,14 +206,11 @@ func noNUL(what string, ss ...string) error {
 	return nil
 }
 
+// validEnv checks an environment a request sets by the rule of
+// validate.Env, naming the field what in the error.
 func validEnv(what string, env map[string]string) error {
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return errorf("%s: invalid variable name %q", what, clip(k))
-		}
-		if err := noNUL(what, v); err != nil {
-			return err
-		}
+	if err := validate.Env(env); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }

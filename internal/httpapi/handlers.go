@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 func (h *handler) health(w http.ResponseWriter, r *http.Request) {
@@ -58,13 +59,8 @@ func validCreate(req *api.CreateSandboxRequest) error {
 	if err := validEnv("env", req.Env); err != nil {
 		return err
 	}
-	for k, v := range req.Labels {
-		if k == "" || len(k) > 256 || len(v) > 1024 {
-			return errorf("labels: keys must be 1-256 bytes, values at most 1024")
-		}
-		if err := noNUL("labels", k, v); err != nil {
-			return err
-		}
+	if err := validate.Labels(req.Labels); err != nil {
+		return fmt.Errorf("labels: %w", err)
 	}
 	res := req.Resources
 	if res.CPUs < 0 || res.MemoryBytes < 0 || res.PidsMax < 0 || req.TimeoutSeconds < 0 {

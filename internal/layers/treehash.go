@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/idrange"
+	"github.com/agentbox/agentbox/internal/untar"
 )
 
 // TreeHash returns the content hash of the directory tree at dir: a sha256
@@ -154,7 +155,7 @@ func opaque(path string) bool {
 }
 
 // xattrOpaque marks an opaque directory in an unprivileged overlay.
-const xattrOpaque = "user.overlay.opaque"
+const xattrOpaque = untar.OpaqueXattr
 
 // hashXattrs adds every xattr outside the overlay namespaces, sorted.
 func hashXattrs(h hash.Hash, path string) error {

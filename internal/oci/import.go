@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"archive/tar"
 	"bufio"
 	"compress/gzip"
 	"context"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
@@ -21,7 +19,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
-	"github.com/agentbox/agentbox/internal/tarcheck"
+	"github.com/agentbox/agentbox/internal/untar"
 )
 
 // Non-distributable layer media types are deprecated for producers, but
@@ -70,13 +68,16 @@ func ImportArchive(ctx context.Context, ls *layers.Store, r io.Reader) (Result, 
 const unpackReservePercent = 5
 
 // unpack extracts the regular files, directories and symlinks of the tar
-// stream r under dir. Names must stay inside dir; symlinks are kept as they
-// are and only ever resolved beneath dir (see openBeneath). PAX global
-// headers are ignored; every other entry type (sparse files, links,
-// devices, FIFOs, unknown) is refused with errdefs.ErrInvalidArgument, as
-// nothing else belongs in an image archive. Before each entry the
-// filesystem must have room for it, keeping unpackReservePercent free
-// (errdefs.ErrResourceExhausted).
+// stream r (gzip'd or not) under dir by the rules of package untar: names
+// must stay inside dir, no entry is created through a symlink, and
+// symlinks are kept as they are and only ever resolved beneath dir (see
+// openBeneath). The archive's owners and modes are not kept (files 0600,
+// directories 0700: nothing setuid lands in the daemon's data dir). PAX
+// global headers are ignored; every other entry type (sparse files,
+// links, devices, FIFOs, unknown) is refused with
+// errdefs.ErrInvalidArgument, as nothing else belongs in an image
+// archive. Before each entry the filesystem must have room for it,
+// keeping unpackReservePercent free (errdefs.ErrResourceExhausted).
 func unpack(ctx context.Context, r io.Reader, dir string) error {
 	dirFd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -93,94 +94,7 @@ func unpack(ctx context.Context, r io.Reader, dir string) error {
 		defer gz.Close()
 		src = gz
 	}
-	tr := tar.NewReader(src)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
-		}
-		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
-		if name == "." || hdr.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return fmt.Errorf("entry %q leaves the archive: %w", hdr.Name, errdefs.ErrInvalidArgument)
-		}
-		if tarcheck.Sparse(hdr) {
-			return tarcheck.ErrSparse(hdr.Name)
-		}
-		size := int64(0)
-		switch hdr.Typeflag {
-		case tar.TypeReg, tar.TypeCont:
-			size = hdr.Size
-		case tar.TypeDir, tar.TypeSymlink:
-		default:
-			return fmt.Errorf("entry %q of type %q does not belong in an image archive: %w", hdr.Name, hdr.Typeflag, errdefs.ErrInvalidArgument)
-		}
-		if err := tarcheck.Room(dirFd, hdr.Name, size, unpackReservePercent); err != nil {
-			return err
-		}
-		target := filepath.Join(dir, filepath.FromSlash(name))
-		// Parents are created by us (never symlinks: those are only
-		// created as leaves, and a later entry below one is refused).
-		if err := mkdirBeneath(dir, path.Dir(name)); err != nil {
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := os.Mkdir(target, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-				return err
-			}
-		case tar.TypeReg, tar.TypeCont:
-			_ = os.Remove(target)
-			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("entry %q: %w", hdr.Name, err)
-			}
-		case tar.TypeSymlink:
-			_ = os.Remove(target)
-			if err := os.Symlink(hdr.Linkname, target); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// mkdirBeneath creates the directory rel (slash-separated) and its parents
-// under root, refusing to pass through a symlink.
-func mkdirBeneath(root, rel string) error {
-	if rel == "." {
-		return nil
-	}
-	cur := root
-	for _, c := range strings.Split(rel, "/") {
-		cur = filepath.Join(cur, c)
-		fi, err := os.Lstat(cur)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			if err := os.Mkdir(cur, 0o700); err != nil {
-				return err
-			}
-		case err != nil:
-			return err
-		case !fi.IsDir():
-			return fmt.Errorf("%s is not a directory: %w", rel, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
+	return untar.Extract(ctx, dirFd, src, untar.Options{ReservePercent: unpackReservePercent})
 }
 
 // openBeneath opens the file rel of the layout at root; symlinks may be

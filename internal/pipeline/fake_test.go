@@ -5,101 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock/clocktest"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
-
-// fakeClock is a Clock that moves only when Advance is called; due timers
-// run synchronously inside Advance, in deadline order.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c       *fakeClock
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.stopped
-	t.stopped = true
-	return was
-}
-
-func newFakeClock(t time.Time) *fakeClock { return &fakeClock{now: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-// Advance moves the clock forward by d, running every timer that falls
-// due on the way at its own deadline.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	end := c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		sort.SliceStable(c.timers, func(i, j int) bool { return c.timers[i].at.Before(c.timers[j].at) })
-		var next *fakeTimer
-		for i, t := range c.timers {
-			if t.stopped {
-				continue
-			}
-			if !t.at.After(end) {
-				next = t
-				c.timers = append(c.timers[:i:i], c.timers[i+1:]...)
-			}
-			break
-		}
-		if next == nil {
-			c.timers = slicesDeleteStopped(c.timers)
-			c.now = end
-			c.mu.Unlock()
-			return
-		}
-		next.stopped = true
-		if next.at.After(c.now) {
-			c.now = next.at
-		}
-		c.mu.Unlock()
-		next.f()
-	}
-}
-
-func slicesDeleteStopped(ts []*fakeTimer) []*fakeTimer {
-	out := ts[:0]
-	for _, t := range ts {
-		if !t.stopped {
-			out = append(out, t)
-		}
-	}
-	return out
-}
 
 // fakeSandboxes is an in-memory Sandboxes. Each exec emits started, its
 // stdin (or "ok") on stdout and exit with exitCode; when it ends it adds
@@ -274,7 +190,7 @@ func (s *fakeStream) Close() error {
 
 // env is a pipeline over fakes and a real store in a temp dir.
 type env struct {
-	clk *fakeClock
+	clk *clocktest.Fake
 	sbx *fakeSandboxes
 	st  *store.Bolt
 	p   *Pipeline
@@ -289,7 +205,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &env{clk: newFakeClock(t0), sbx: newFakeSandboxes(), st: st}
+	e := &env{clk: clocktest.NewFake(t0), sbx: newFakeSandboxes(), st: st}
 	e.p = e.newPipeline(t)
 	return e
 }

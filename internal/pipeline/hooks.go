@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock"
 	"github.com/agentbox/agentbox/internal/connlimit"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
@@ -45,7 +46,7 @@ const HookWindow = 5 * time.Minute
 type Hooks struct {
 	p    *Pipeline
 	st   store.PipelineStore
-	clk  Clock
+	clk  clock.Clock
 	log  *slog.Logger
 	aead cipher.AEAD
 

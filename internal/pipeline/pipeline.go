@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -83,7 +84,7 @@ type Config struct {
 	Store     store.PipelineStore
 	// Clock stamps records and drives usage sampling and schedules; nil is
 	// the real clock.
-	Clock  Clock
+	Clock  clock.Clock
 	Logger *slog.Logger
 	// SampleInterval is how often a running command's sandbox counters are
 	// sampled for the memory integral (default DefaultSampleInterval).
@@ -103,7 +104,7 @@ type Pipeline struct {
 	cfg Config
 	sbx Sandboxes
 	st  store.PipelineStore
-	clk Clock
+	clk clock.Clock
 	log *slog.Logger
 	// writing counts finished records being written in the background.
 	writing sync.WaitGroup
@@ -132,7 +133,7 @@ func New(cfg Config) (*Pipeline, error) {
 		return nil, fmt.Errorf("pipeline: sandboxes and store are required: %w", errdefs.ErrInvalidArgument)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = RealClock{}
+		cfg.Clock = clock.Real{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -531,7 +532,7 @@ type runState struct {
 	ephemeral  bool
 	keepOutput bool
 	meter      meter
-	sampler    Timer
+	sampler    clock.Timer
 
 	// done is closed when the record is finished.
 	done chan struct{}

@@ -13,6 +13,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenant"
@@ -33,7 +34,7 @@ var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month 
 type Scheduler struct {
 	p   *Pipeline
 	st  store.PipelineStore
-	clk Clock
+	clk clock.Clock
 	log *slog.Logger
 
 	// mu guards the fields below.
@@ -47,7 +48,7 @@ type Scheduler struct {
 type schedEntry struct {
 	s     api.Schedule
 	sched cron.Schedule
-	timer Timer
+	timer clock.Timer
 	next  time.Time
 }
 

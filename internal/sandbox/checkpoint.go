@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 // Checkpoints.
@@ -59,22 +60,7 @@ func validateCheckpointRequest(req api.CreateCheckpointRequest) error {
 	if len(req.Name) > maxCheckpointName || strings.ContainsAny(req.Name, "\x00\n") {
 		return fmt.Errorf("checkpoint name must be at most %d characters on one line: %w", maxCheckpointName, errdefs.ErrInvalidArgument)
 	}
-	return validateLabels(req.Labels)
-}
-
-func validateLabels(labels map[string]string) error {
-	if len(labels) > maxLabels {
-		return fmt.Errorf("at most %d labels: %w", maxLabels, errdefs.ErrInvalidArgument)
-	}
-	for k, v := range labels {
-		if len(k) > maxKeyLen || !labelKeyRE.MatchString(k) {
-			return fmt.Errorf("label key %q is not valid: %w", k, errdefs.ErrInvalidArgument)
-		}
-		if len(v) > maxValueLen || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("label %q: value is not valid: %w", k, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
+	return validate.Labels(req.Labels)
 }
 
 // lockRunning takes the sandbox's lifecycle lock exclusively and checks

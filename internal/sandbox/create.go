@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -16,22 +15,17 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 // Limits on what a create request may ask for.
 const (
-	maxLabels      = 64
-	maxEnv         = 256
-	maxKeyLen      = 128
-	maxValueLen    = 32 << 10
 	maxCPUs        = 1024
 	maxTimeout     = 30 * 24 * time.Hour
 	guestReadyWait = 30 * time.Second
 )
 
 var (
-	envKeyRE   = lazyregexp.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	labelKeyRE = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
 	hostnameRE = lazyregexp.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 	templateRE = lazyregexp.New(`^([a-z0-9][a-z0-9-]{0,31}~)?[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`) // [TENANT~]NAME[@VERSION]
 	idRE       = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,63}$`)
@@ -41,19 +35,11 @@ func validateCreate(req *api.CreateSandboxRequest) error {
 	if req.Template != "" && !templateRE.MatchString(req.Template) {
 		return fmt.Errorf("template name %q is not valid: %w", req.Template, errdefs.ErrInvalidArgument)
 	}
-	if err := validateEnv(req.Env); err != nil {
+	if err := validate.Env(req.Env); err != nil {
 		return err
 	}
-	if len(req.Labels) > maxLabels {
-		return fmt.Errorf("at most %d labels: %w", maxLabels, errdefs.ErrInvalidArgument)
-	}
-	for k, v := range req.Labels {
-		if len(k) > maxKeyLen || !labelKeyRE.MatchString(k) {
-			return fmt.Errorf("label key %q is not valid: %w", k, errdefs.ErrInvalidArgument)
-		}
-		if len(v) > maxValueLen || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("label %q: value is not valid: %w", k, errdefs.ErrInvalidArgument)
-		}
+	if err := validate.Labels(req.Labels); err != nil {
+		return err
 	}
 	r := req.Resources
 	if r.CPUs < 0 || r.CPUs > maxCPUs || r.MemoryBytes < 0 || r.PidsMax < 0 {
@@ -70,21 +56,6 @@ func validateCreate(req *api.CreateSandboxRequest) error {
 	}
 	if req.Hostname != "" && !hostnameRE.MatchString(req.Hostname) {
 		return fmt.Errorf("hostname %q is not valid: %w", req.Hostname, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
-
-func validateEnv(env map[string]string) error {
-	if len(env) > maxEnv {
-		return fmt.Errorf("at most %d environment variables: %w", maxEnv, errdefs.ErrInvalidArgument)
-	}
-	for k, v := range env {
-		if len(k) > maxKeyLen || !envKeyRE.MatchString(k) {
-			return fmt.Errorf("environment variable name %q is not valid: %w", k, errdefs.ErrInvalidArgument)
-		}
-		if len(v) > maxValueLen || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("environment variable %s: value is not valid: %w", k, errdefs.ErrInvalidArgument)
-		}
 	}
 	return nil
 }

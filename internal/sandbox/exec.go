@@ -8,6 +8,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/client"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 // ExecStream yields the events of one exec or attach: "started" first (exec
@@ -25,7 +26,7 @@ func (m *Manager) execRequest(b *box, req api.ExecRequest) (api.ExecRequest, err
 	if (len(req.Cmd) == 0) == (req.Command == "") {
 		return req, fmt.Errorf("exactly one of cmd or command is required: %w", errdefs.ErrInvalidArgument)
 	}
-	if err := validateEnv(req.Env); err != nil {
+	if err := validate.Env(req.Env); err != nil {
 		return req, err
 	}
 	if req.TimeoutSeconds < 0 {

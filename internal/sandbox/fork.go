@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 // Limits of a fork request.
@@ -76,10 +77,10 @@ func validateFork(req *api.ForkRequest) error {
 	if req.Count < 1 || req.Count > maxForks {
 		return fmt.Errorf("count must be between 1 and %d: %w", maxForks, errdefs.ErrInvalidArgument)
 	}
-	if err := validateLabels(req.Labels); err != nil {
+	if err := validate.Labels(req.Labels); err != nil {
 		return err
 	}
-	return validateEnv(req.Env)
+	return validate.Env(req.Env)
 }
 
 func (m *Manager) fork(ctx context.Context, ck store.CheckpointRecord, req api.ForkRequest) (api.ForkResult, error) {

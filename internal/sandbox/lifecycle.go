@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
@@ -51,26 +52,6 @@ const (
 	maxIdleSeconds                  = int64(maxTimeout / time.Second)
 )
 
-// Clock is the time source of idle policies and lifetimes.
-type Clock interface {
-	Now() time.Time
-	// AfterFunc calls f in its own goroutine once d has passed (at once
-	// when d <= 0).
-	AfterFunc(d time.Duration, f func()) Timer
-}
-
-// Timer is a pending AfterFunc call.
-type Timer interface {
-	// Stop prevents the call if it has not started; it reports whether it
-	// did.
-	Stop() bool
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                            { return time.Now() }
-func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
-
 // lifecycleState is the Manager's lifecycle state.
 type lifecycleState struct {
 	// nameMu serialises creates by name: two creates of one name make one
@@ -80,10 +61,10 @@ type lifecycleState struct {
 
 // boxLifecycle is one sandbox's idle accounting; box.mu guards it.
 type boxLifecycle struct {
-	active     int       // calls being set up and streams open
-	lastActive time.Time // end of the last activity
-	idle       Timer     // the next idle step, when one is due
-	gen        uint64    // bumped when idle is stopped: a stale callback does nothing
+	active     int         // calls being set up and streams open
+	lastActive time.Time   // end of the last activity
+	idle       clock.Timer // the next idle step, when one is due
+	gen        uint64      // bumped when idle is stopped: a stale callback does nothing
 }
 
 func asleep(state string) bool { return state == api.StatePaused || state == api.StateHibernated }

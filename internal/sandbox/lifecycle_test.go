@@ -7,92 +7,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock/clocktest"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 )
-
-// --- a fake clock: timers fire only when the test advances it ---
-
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c       *fakeClock
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.stopped
-	t.stopped = true
-	return was
-}
-
-// Advance moves the clock by d and runs every timer due, each in its own
-// goroutine as time.AfterFunc would, waiting for them (and for timers they
-// arm that are due at once) to finish.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var due []*fakeTimer
-		keep := c.timers[:0]
-		for _, t := range c.timers {
-			switch {
-			case t.stopped:
-			case !t.at.After(c.now):
-				t.stopped = true
-				due = append(due, t)
-			default:
-				keep = append(keep, t)
-			}
-		}
-		c.timers = keep
-		c.mu.Unlock()
-		if len(due) == 0 {
-			return
-		}
-		sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
-		var wg sync.WaitGroup
-		for _, t := range due {
-			wg.Add(1)
-			go func() { defer wg.Done(); t.f() }()
-		}
-		wg.Wait()
-	}
-}
 
 // --- a fake backend whose guests are the real guest server ---
 
@@ -242,7 +167,7 @@ func (s *fakeSandbox) isDestroyed() bool {
 
 // --- helpers ---
 
-func newTestManager(t *testing.T) (*Manager, *fakeClock, *fakeBackend) {
+func newTestManager(t *testing.T) (*Manager, *clocktest.Fake, *fakeBackend) {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, "meta.db"))
@@ -250,7 +175,7 @@ func newTestManager(t *testing.T) (*Manager, *fakeClock, *fakeBackend) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	clk := newFakeClock()
+	clk := clocktest.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	be := &fakeBackend{guestPath: sharedGuest(t), live: map[string]*fakeSandbox{}}
 	runDir, err := os.MkdirTemp("", "abxr") // short: socket paths
 	if err != nil {

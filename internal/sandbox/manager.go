@@ -24,6 +24,7 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/layers"
@@ -71,7 +72,7 @@ type Config struct {
 	Logger  *slog.Logger
 	// Clock drives idle policies and lifetimes (lifecycle.go); nil is the
 	// real clock. Tests inject a fake one.
-	Clock Clock
+	Clock clock.Clock
 	// Quotas admits new sandboxes, layers and runs against their
 	// tenant's quotas (tenancy.go); nil limits nothing. It is given at
 	// construction, not set later, so that nothing the Manager starts
@@ -122,7 +123,7 @@ type box struct {
 	rec     store.SandboxRecord
 	rt      runtime.Sandbox
 	deleted bool
-	expiry  Timer
+	expiry  clock.Timer
 	lc      boxLifecycle // idle accounting; see lifecycle.go
 	// pool is the template whose warm pool holds the sandbox until it is
 	// claimed (pool.go); "" for every handed-out sandbox.
@@ -141,7 +142,7 @@ func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.
 		cfg.DefaultTemplate = "busybox"
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = clock.Real{}
 	}
 	// Both are for host root only: the backend hands a guest its mounts,
 	// so no sandbox uid ever resolves a path below the data dir.

@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 // Per-command secrets and per-run tokens.
@@ -170,7 +171,7 @@ func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) 
 		if env == "" {
 			env = s.Name
 		}
-		if !envKeyRE.MatchString(env) || len(env) > maxKeyLen {
+		if validate.EnvName(env) != nil {
 			return nil, fmt.Errorf("secret %s: environment variable name %q is not valid: %w", s.Name, env, errdefs.ErrInvalidArgument)
 		}
 		if seenEnv[env] || (token && env == api.RunTokenEnv) {
@@ -182,8 +183,8 @@ func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) 
 		if err != nil {
 			return nil, err
 		}
-		if len(v) > maxValueLen || containsNUL(v) {
-			return nil, fmt.Errorf("secret %s cannot be placed in an environment variable (NUL byte or over %d bytes): %w", s.Name, maxValueLen, errdefs.ErrInvalidArgument)
+		if len(v) > validate.MaxValueLen || containsNUL(v) {
+			return nil, fmt.Errorf("secret %s cannot be placed in an environment variable (NUL byte or over %d bytes): %w", s.Name, validate.MaxValueLen, errdefs.ErrInvalidArgument)
 		}
 		req.Env[env] = string(v)
 		values[s.Name] = v

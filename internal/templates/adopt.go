@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 // Adopt registers an existing layer chain (for example an imported OCI
@@ -24,7 +25,7 @@ func (m *Manager) Adopt(ctx context.Context, name, layer string, env map[string]
 	if _, ok := builtin(name); ok {
 		return Template{}, fmt.Errorf("template %s is builtin: %w", name, errdefs.ErrAlreadyExists)
 	}
-	if err := validateEnv(env); err != nil {
+	if err := validate.Environ(env); err != nil {
 		return Template{}, fmt.Errorf("template %s: %w", name, err)
 	}
 	l, err := m.cfg.Layers.Get(layer)

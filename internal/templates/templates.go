@@ -51,6 +51,7 @@ import (
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/lazyregexp"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/validate"
 )
 
 // StepRunner runs a shell command in a throwaway sandbox whose root is the
@@ -271,7 +272,7 @@ func Validate(spec api.TemplateSpec) error {
 	if b.kind == baseTemplate && b.template == spec.Name {
 		return fmt.Errorf("template %s: based on itself: %w", spec.Name, errdefs.ErrInvalidArgument)
 	}
-	if err := validateEnv(spec.Env); err != nil {
+	if err := validate.Environ(spec.Env); err != nil {
 		return fmt.Errorf("template %s: %w", spec.Name, err)
 	}
 	for i, st := range spec.Steps {
@@ -287,21 +288,12 @@ func Validate(spec api.TemplateSpec) error {
 		}
 		if st.Env != nil {
 			n++
-			if err := validateEnv(st.Env); err != nil {
+			if err := validate.Environ(st.Env); err != nil {
 				return fmt.Errorf("template %s step %d: %w", spec.Name, i+1, err)
 			}
 		}
 		if n != 1 {
 			return fmt.Errorf("template %s step %d: exactly one of run, copy, env must be set: %w", spec.Name, i+1, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
-}
-
-func validateEnv(env map[string]string) error {
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("invalid env variable %q: %w", k, errdefs.ErrInvalidArgument)
 		}
 	}
 	return nil
