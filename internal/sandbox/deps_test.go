@@ -14,6 +14,7 @@ import (
 // package below the core (contracts, leaf helpers), never for a feature.
 var coreImports = []string{
 	deptest.Module + "/api",
+	deptest.Module + "/internal/clock",
 	deptest.Module + "/internal/diskquota",
 	deptest.Module + "/internal/errdefs",
 	deptest.Module + "/internal/guest/client",
@@ -28,6 +29,7 @@ var coreImports = []string{
 	deptest.Module + "/internal/store",
 	deptest.Module + "/internal/templates",
 	deptest.Module + "/internal/tenant",
+	deptest.Module + "/internal/validate",
 }
 
 func TestDeps(t *testing.T) {
