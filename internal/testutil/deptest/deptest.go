@@ -33,6 +33,33 @@ type Rule struct {
 	Exact  bool
 }
 
+// CheckOnly fails t when a package matched by pattern imports, directly or
+// through other packages, a package outside the standard library that no
+// rule of allowed matches (for a leaf package: what it may depend on at
+// all, each with the reason it may). Packages matched by pattern are
+// always allowed.
+func CheckOnly(t *testing.T, pattern string, allowed []Rule) {
+	t.Helper()
+	g := load(t, pattern)
+	ok := func(p string) bool {
+		// "C" is cgo's pseudo-package (os/user, net): part of the toolchain.
+		if g.standard[p] || p == "C" || g.isRoot(p) {
+			return true
+		}
+		for _, r := range allowed {
+			if r.matches(p) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, root := range g.roots {
+		if chain := g.path(root, func(p string) bool { return !ok(p) }); chain != nil {
+			t.Errorf("%s imports %s (%s), which is not on its allow-list", root, chain[len(chain)-1], strings.Join(chain, " -> "))
+		}
+	}
+}
+
 func (r Rule) matches(pkg string) bool {
 	return pkg == r.Path || !r.Exact && strings.HasPrefix(pkg, r.Path+"/")
 }
@@ -71,8 +98,9 @@ func CheckDirectAllowed(t *testing.T, pattern string, allowed []string, why stri
 }
 
 type graph struct {
-	roots   []string            // the packages matched by the pattern
-	imports map[string][]string // every package's direct imports
+	roots    []string            // the packages matched by the pattern
+	imports  map[string][]string // every package's direct imports
+	standard map[string]bool     // packages of the standard library
 }
 
 func (g *graph) isRoot(p string) bool { return slices.Contains(g.roots, p) }
@@ -110,20 +138,21 @@ func load(t *testing.T, pattern string) *graph {
 	if err != nil {
 		goBin = filepath.Join(goruntime.GOROOT(), "bin", "go")
 	}
-	cmd := exec.Command(goBin, "list", "-deps", "-json=ImportPath,Imports,DepOnly,Error", pattern)
+	cmd := exec.Command(goBin, "list", "-deps", "-json=ImportPath,Imports,DepOnly,Standard,Error", pattern)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v\n%s", pattern, err, stderr.String())
 	}
-	g := &graph{imports: map[string][]string{}}
+	g := &graph{imports: map[string][]string{}, standard: map[string]bool{}}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var p struct {
 			ImportPath string
 			Imports    []string
 			DepOnly    bool
+			Standard   bool
 			Error      *struct{ Err string }
 		}
 		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
@@ -135,6 +164,7 @@ func load(t *testing.T, pattern string) *graph {
 			t.Fatalf("go list -deps %s: %s: %s", pattern, p.ImportPath, p.Error.Err)
 		}
 		g.imports[p.ImportPath] = p.Imports
+		g.standard[p.ImportPath] = p.Standard
 		if !p.DepOnly {
 			g.roots = append(g.roots, p.ImportPath)
 		}
