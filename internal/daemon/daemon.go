@@ -29,7 +29,7 @@ import (
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
-	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/tenant/registry"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -168,7 +168,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	// Quota admission is part of the Manager from its construction: the
 	// meters it reads are connected below, before recovery, the warm
 	// pools and the scheduler can create anything.
-	reg, err := tenant.Open(ctx, st, log)
+	reg, err := registry.Open(ctx, st, log)
 	if err != nil {
 		return nil, err
 	}
@@ -342,8 +342,8 @@ func (d *Daemon) Close() error {
 }
 
 // service adapts the Manager and the execution pipeline to
-// httpapi.Service: exec goes through the pipeline (pipeline.go), and the
-// stream methods return the API package's interface type.
+// httpapi.Service: exec goes through the pipeline (pipeline.go); attach
+// is the Manager's.
 type service struct {
 	*sandbox.Manager
 	*pipelineAPI
@@ -352,11 +352,3 @@ type service struct {
 }
 
 var _ httpapi.Service = service{}
-
-func (s service) Attach(ctx context.Context, id string, pid int, replay bool) (httpapi.ExecStream, error) {
-	st, err := s.Manager.Attach(ctx, id, pid, replay)
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
-}

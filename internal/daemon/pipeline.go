@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/pipeline"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -109,7 +110,7 @@ func (x *pipelineAPI) close() {
 
 // Exec is the API trigger of the pipeline (CLI and SDK exec come here
 // too): the run's who is the request's caller.
-func (s service) Exec(ctx context.Context, id string, req api.ExecRequest) (httpapi.ExecStream, error) {
+func (s service) Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
 	exe, err := s.pipelineAPI.p.Execute(ctx, pipeline.Run{Trigger: api.TriggerAPI, Who: httpapi.CallerFrom(ctx), SandboxID: id, Exec: req})
 	if err != nil {
 		return nil, err

@@ -11,13 +11,14 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/tenant/registry"
 )
 
 // tenantAPI is the tenant registry as the HTTP edge sees it
 // (httpapi.TenantService); the registry also authenticates TCP callers
 // and admits sandboxes and runs against quotas.
 type tenantAPI struct {
-	reg  *tenant.Registry
+	reg  *registry.Registry
 	mgr  *sandbox.Manager
 	pipe *pipelineAPI
 }
@@ -29,8 +30,8 @@ var _ httpapi.TenantService = service{}
 // and templates), the pipeline's run records meter CPU. The registry is
 // the Manager's quota admission from its construction (sandbox.Config);
 // this runs before anything is started.
-func connectTenants(reg *tenant.Registry, mgr *sandbox.Manager, pipe *pipelineAPI) *tenantAPI {
-	reg.SetMeters(tenant.Meters{
+func connectTenants(reg *registry.Registry, mgr *sandbox.Manager, pipe *pipelineAPI) *tenantAPI {
+	reg.SetMeters(registry.Meters{
 		Holdings: mgr.Holdings,
 		Layers:   mgr.LayerBytes,
 		CPUSeconds: func(ctx context.Context, t string, since time.Time) (float64, error) {

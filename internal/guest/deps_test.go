@@ -15,7 +15,7 @@ func TestDeps(t *testing.T) {
 	const why = "the guest (in-sandbox, untrusted side) links no host package; talk to the host only through internal/guest/proto"
 	var rules []deptest.Rule
 	for _, p := range []string{
-		"daemon", "sandbox", "runtime", "layers", "templates", "store", "tenantstore",
+		"daemon", "sandbox", "runtime", "layers", "templates", "store",
 		"httpapi", "tenant", "secrets", "egress", "bridge", "pipeline", "config",
 		"diskquota", "idrange", "oci", "runner",
 	} {

@@ -65,113 +65,107 @@ func checkpointID(r *http.Request) (string, error) {
 
 // listAll serves GET of a whole collection: the result of list, never
 // null, wrapped by wrap into its list body.
-func listAll[T, L any](list func(context.Context) ([]T, error), wrap func([]T) L) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func listAll[T, L any](list func(context.Context) ([]T, error), wrap func([]T) L) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		items, err := list(r.Context())
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		if items == nil {
 			items = []T{}
 		}
 		writeJSON(w, http.StatusOK, wrap(items))
+		return nil
 	}
 }
 
 // withBody serves a call on the object named by the path (read with
 // pathID) with a JSON body that may be empty, answering its result as JSON
 // with status.
-func withBody[Req, Res any](h *handler, pathID func(*http.Request) (string, error), status int, call func(context.Context, string, Req) (Res, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func withBody[Req, Res any](h *handler, pathID func(*http.Request) (string, error), status int, call func(context.Context, string, Req) (Res, error)) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		id, err := pathID(r)
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		var req Req
 		if err := h.decodeJSON(w, r, &req, true); err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		res, err := call(r.Context(), id, req)
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		writeJSON(w, status, res)
+		return nil
 	}
 }
 
-func (c checkpointHandlers) listOfSandbox(w http.ResponseWriter, r *http.Request) {
+func (c checkpointHandlers) listOfSandbox(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
-	c.list(w, r, id)
+	return c.list(w, r, id)
 }
 
-func (c checkpointHandlers) listAll(w http.ResponseWriter, r *http.Request) { c.list(w, r, "") }
+func (c checkpointHandlers) listAll(w http.ResponseWriter, r *http.Request) error {
+	return c.list(w, r, "")
+}
 
-func (c checkpointHandlers) list(w http.ResponseWriter, r *http.Request, id string) {
+func (c checkpointHandlers) list(w http.ResponseWriter, r *http.Request, id string) error {
 	cks, err := c.svc.ListCheckpoints(r.Context(), id)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if cks == nil {
 		cks = []api.Checkpoint{}
 	}
 	writeJSON(w, http.StatusOK, api.CheckpointList{Checkpoints: cks})
+	return nil
 }
 
-func (c checkpointHandlers) get(w http.ResponseWriter, r *http.Request) {
+func (c checkpointHandlers) get(w http.ResponseWriter, r *http.Request) error {
 	cid, err := checkpointID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	ck, err := c.svc.GetCheckpoint(r.Context(), cid)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, ck)
+	return nil
 }
 
-func (c checkpointHandlers) delete(w http.ResponseWriter, r *http.Request) {
+func (c checkpointHandlers) delete(w http.ResponseWriter, r *http.Request) error {
 	cid, err := checkpointID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := c.svc.DeleteCheckpoint(r.Context(), cid); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (c checkpointHandlers) restore(w http.ResponseWriter, r *http.Request) {
+func (c checkpointHandlers) restore(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req api.RestoreRequest
 	if err := c.h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if req.Checkpoint == "" || len(req.Checkpoint) > 128 {
-		writeError(w, r, errorf("checkpoint must be a checkpoint id or name of at most 128 bytes"))
-		return
+		return errorf("checkpoint must be a checkpoint id or name of at most 128 bytes")
 	}
 	res, err := c.svc.Restore(r.Context(), id, req.Checkpoint)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, res)
+	return nil
 }

@@ -12,7 +12,7 @@ func TestDeps(t *testing.T) {
 	m := deptest.Module + "/internal/"
 	deptest.Check(t, deptest.Module+"/internal/httpapi", []deptest.Rule{
 		{Path: m + "sandbox", Reason: "the API reaches sandboxes only through its Service interface (the daemon wires the Manager in)"},
-		{Path: m + "store", Reason: "the API never touches persistence: records reach it as api types through Service (tenants through tenantstore's contract)"},
+		{Path: m + "store", Reason: "the API never touches persistence: records reach it as api types through Service"},
 		{Path: m + "daemon", Reason: "the daemon composes the API, not the other way round"},
 		{Path: m + "runtime", Reason: "isolation backends are the sandbox core's business"},
 		{Path: m + "layers", Reason: "storage is reached through Service"},

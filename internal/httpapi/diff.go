@@ -44,17 +44,17 @@ func (h *handler) diffRoutes() []route {
 	var out []route
 	if ds, ok := h.svc.(DiffService); ok {
 		out = append(out,
-			route{"GET", "/v1/diff", func(w http.ResponseWriter, r *http.Request) { diff(ds, w, r) }},
-			route{"GET", "/v1/sandboxes/{id}/treehash", func(w http.ResponseWriter, r *http.Request) { treeHash(ds, w, r) }},
+			route{"GET", "/v1/diff", func(w http.ResponseWriter, r *http.Request) error { return diff(ds, w, r) }},
+			route{"GET", "/v1/sandboxes/{id}/treehash", func(w http.ResponseWriter, r *http.Request) error { return treeHash(ds, w, r) }},
 		)
 	}
 	if ms, ok := h.svc.(MergeService); ok {
-		out = append(out, route{"POST", "/v1/sandboxes/{id}/merge", func(w http.ResponseWriter, r *http.Request) { h.merge(ms, w, r) }})
+		out = append(out, route{"POST", "/v1/sandboxes/{id}/merge", func(w http.ResponseWriter, r *http.Request) error { return h.merge(ms, w, r) }})
 	}
 	if ts, ok := h.svc.(TemplateSaveService); ok {
 		out = append(out,
-			route{"POST", "/v1/sandboxes/{id}/template", func(w http.ResponseWriter, r *http.Request) { h.saveTemplate(ts, w, r) }},
-			route{"GET", "/v1/templates/{name}/versions", func(w http.ResponseWriter, r *http.Request) { templateVersions(ts, w, r) }},
+			route{"POST", "/v1/sandboxes/{id}/template", func(w http.ResponseWriter, r *http.Request) error { return h.saveTemplate(ts, w, r) }},
+			route{"GET", "/v1/templates/{name}/versions", func(w http.ResponseWriter, r *http.Request) error { return templateVersions(ts, w, r) }},
 		)
 	}
 	return out
@@ -78,113 +78,100 @@ func validText(s string) bool {
 	return true
 }
 
-func diff(ds DiffService, w http.ResponseWriter, r *http.Request) {
+func diff(ds DiffService, w http.ResponseWriter, r *http.Request) error {
 	from, err := diffRef(r, "from")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	to, err := diffRef(r, "to")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	unified := false
 	if v := r.URL.Query().Get("unified"); v != "" {
 		if unified, err = strconv.ParseBool(v); err != nil {
-			writeError(w, r, errorf("unified must be true or false"))
-			return
+			return errorf("unified must be true or false")
 		}
 	}
 	d, err := ds.Diff(r.Context(), from, to, unified)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, d)
+	return nil
 }
 
-func treeHash(ds DiffService, w http.ResponseWriter, r *http.Request) {
+func treeHash(ds DiffService, w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	th, err := ds.TreeHash(r.Context(), id)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, th)
+	return nil
 }
 
-func (h *handler) merge(ms MergeService, w http.ResponseWriter, r *http.Request) {
+func (h *handler) merge(ms MergeService, w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req api.MergeRequest
 	if err := h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if !sandboxIDRe.MatchString(req.From) {
-		writeError(w, r, errorf("from must be a sandbox id"))
-		return
+		return errorf("from must be a sandbox id")
 	}
 	res, err := ms.Merge(r.Context(), id, req)
 	if err != nil && errors.Is(err, errdefs.ErrConflict) && len(res.Conflicts) > 0 {
 		// The conflicts are the answer: send them with the error.
-		rs := stateFrom(r.Context())
-		status, body := publicError(err, rs.id)
-		rs.err = err
-		writeJSON(w, status, api.MergeConflictError{Error: body, Conflicts: res.Conflicts})
-		return
+		return withErrorBody(err, func(e api.Error) any {
+			return api.MergeConflictError{Error: e, Conflicts: res.Conflicts}
+		})
 	}
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
-func (h *handler) saveTemplate(ts TemplateSaveService, w http.ResponseWriter, r *http.Request) {
+func (h *handler) saveTemplate(ts TemplateSaveService, w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req api.SaveTemplateRequest
 	if err := h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if !templateNameRe.MatchString(req.Name) {
-		writeError(w, r, errorf("invalid template name %q", clip(req.Name)))
-		return
+		return errorf("invalid template name %q", clip(req.Name))
 	}
 	v, err := ts.SaveTemplate(r.Context(), id, req)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, v)
+	return nil
 }
 
-func templateVersions(ts TemplateSaveService, w http.ResponseWriter, r *http.Request) {
+func templateVersions(ts TemplateSaveService, w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	if !templateNameRe.MatchString(name) {
-		writeError(w, r, errorf("invalid template name %q", clip(name)))
-		return
+		return errorf("invalid template name %q", clip(name))
 	}
 	vs, err := ts.TemplateVersions(r.Context(), name)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if vs == nil {
 		vs = []api.TemplateVersion{}
 	}
 	writeJSON(w, http.StatusOK, api.TemplateVersionList{Versions: vs})
+	return nil
 }

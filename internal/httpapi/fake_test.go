@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 )
 
 // fakeService implements Service in memory. err, when set, is returned by
@@ -85,7 +86,7 @@ func (f *fakeService) GetSandbox(ctx context.Context, id string) (api.Sandbox, e
 func (f *fakeService) DeleteSandbox(ctx context.Context, id string) error {
 	return f.call("DeleteSandbox", id)
 }
-func (f *fakeService) Exec(ctx context.Context, id string, req api.ExecRequest) (ExecStream, error) {
+func (f *fakeService) Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
 	f.mu.Lock()
 	f.lastExec = req
 	f.mu.Unlock()
@@ -94,7 +95,7 @@ func (f *fakeService) Exec(ctx context.Context, id string, req api.ExecRequest) 
 	}
 	return f.newStream(), nil
 }
-func (f *fakeService) newStream() ExecStream {
+func (f *fakeService) newStream() execstream.Stream {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stream != nil {
@@ -110,7 +111,7 @@ func (f *fakeService) newStream() ExecStream {
 func (f *fakeService) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
 	return api.Process{Pid: 9, Cmd: req.Cmd, Running: true, StartedAt: t0}, f.call("StartProcess", id)
 }
-func (f *fakeService) Attach(ctx context.Context, id string, pid int, replay bool) (ExecStream, error) {
+func (f *fakeService) Attach(ctx context.Context, id string, pid int, replay bool) (execstream.Stream, error) {
 	if err := f.call("Attach", id, pid, replay); err != nil {
 		return nil, err
 	}
@@ -216,7 +217,7 @@ func (f *fakeService) BuildTemplate(ctx context.Context, req api.BuildTemplateRe
 	return api.Template{Name: "built", Built: true}, nil
 }
 
-// fakeStream is an ExecStream fed through a channel.
+// fakeStream is an execstream.Stream fed through a channel.
 type fakeStream struct {
 	events    chan api.ExecEvent
 	closed    chan struct{}
@@ -224,7 +225,7 @@ type fakeStream struct {
 	done      bool
 }
 
-var _ ExecStream = (*fakeStream)(nil)
+var _ execstream.Stream = (*fakeStream)(nil)
 
 func newFakeStream() *fakeStream {
 	return &fakeStream{events: make(chan api.ExecEvent, 16), closed: make(chan struct{})}

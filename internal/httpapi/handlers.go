@@ -12,44 +12,44 @@ import (
 	"github.com/agentbox/agentbox/internal/validate"
 )
 
-func (h *handler) health(w http.ResponseWriter, r *http.Request) {
+func (h *handler) health(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
 }
 
-func (h *handler) info(w http.ResponseWriter, r *http.Request) {
+func (h *handler) info(w http.ResponseWriter, r *http.Request) error {
 	info, err := h.svc.Info(r.Context())
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, info)
+	return nil
 }
 
-func (h *handler) openapi(w http.ResponseWriter, r *http.Request) {
+func (h *handler) openapi(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/yaml")
 	w.Header().Set("Content-Length", strconv.Itoa(len(api.OpenAPI)))
 	_, _ = w.Write(api.OpenAPI)
+	return nil
 }
 
 // --- sandboxes ---
 
-func (h *handler) createSandbox(w http.ResponseWriter, r *http.Request) {
+func (h *handler) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateSandboxRequest
 	if err := h.decodeJSON(w, r, &req, true); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := validCreate(&req); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	sb, status, err := h.create(r.Context(), req)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.Header().Set("Location", "/v1/sandboxes/"+sb.ID)
 	writeJSON(w, status, sb)
+	return nil
 }
 
 func validCreate(req *api.CreateSandboxRequest) error {
@@ -72,67 +72,63 @@ func validCreate(req *api.CreateSandboxRequest) error {
 	return noNUL("hostname", req.Hostname)
 }
 
-func (h *handler) listSandboxes(w http.ResponseWriter, r *http.Request) {
+func (h *handler) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	labels, err := labelsQuery(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	sbs, err := h.svc.ListSandboxes(r.Context(), labels)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if sbs == nil {
 		sbs = []api.Sandbox{}
 	}
 	writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: sbs})
+	return nil
 }
 
-func (h *handler) getSandbox(w http.ResponseWriter, r *http.Request) {
+func (h *handler) getSandbox(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	sb, err := h.svc.GetSandbox(r.Context(), id)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, sb)
+	return nil
 }
 
-func (h *handler) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+func (h *handler) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := h.svc.DeleteSandbox(r.Context(), id); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // --- processes (exec and attach are in stream.go) ---
 
-func (h *handler) listProcesses(w http.ResponseWriter, r *http.Request) {
+func (h *handler) listProcesses(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	ps, err := h.svc.ListProcesses(r.Context(), id)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if ps == nil {
 		ps = []api.Process{}
 	}
 	writeJSON(w, http.StatusOK, api.ProcessList{Processes: ps})
+	return nil
 }
 
 // idPid validates the {id} and {pid} path values.
@@ -145,66 +141,58 @@ func idPid(r *http.Request) (string, int, error) {
 	return id, pid, err
 }
 
-func (h *handler) stdin(w http.ResponseWriter, r *http.Request) {
+func (h *handler) stdin(w http.ResponseWriter, r *http.Request) error {
 	id, pid, err := idPid(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	closeAfter, err := boolQuery(r, "close")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := h.svc.WriteStdin(r.Context(), id, pid, h.uploadBody(w, r), closeAfter); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (h *handler) signal(w http.ResponseWriter, r *http.Request) {
+func (h *handler) signal(w http.ResponseWriter, r *http.Request) error {
 	id, pid, err := idPid(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req api.SignalRequest
 	if err := h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if req.Signal == "" || len(req.Signal) > 32 {
-		writeError(w, r, errorf("signal is required"))
-		return
+		return errorf("signal is required")
 	}
 	if err := h.svc.Signal(r.Context(), id, pid, req.Signal); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (h *handler) resize(w http.ResponseWriter, r *http.Request) {
+func (h *handler) resize(w http.ResponseWriter, r *http.Request) error {
 	id, pid, err := idPid(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req api.ResizeRequest
 	if err := h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := validTTY(req); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := h.svc.Resize(r.Context(), id, pid, req); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // --- files ---
@@ -228,15 +216,16 @@ const (
 	uploadDrainTime  = 5 * time.Second
 )
 
-// refuseUpload drains what is left of r's body (bounded) and writes err.
-// The connection is not reused: its read deadline was changed.
-func refuseUpload(w http.ResponseWriter, r *http.Request, err error) {
+// drainRefused drains what is left of r's body (bounded) and returns err,
+// the refusal for handle to send. The connection is not reused: its read
+// deadline was changed.
+func drainRefused(w http.ResponseWriter, r *http.Request, err error) error {
 	if r.Context().Err() == nil {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(uploadDrainTime))
 		_, _ = io.CopyN(io.Discard, r.Body, uploadDrainBytes)
 		w.Header().Set("Connection", "close")
 	}
-	writeError(w, r, err)
+	return err
 }
 
 // idPath validates {id} and ?path=.
@@ -249,16 +238,14 @@ func idPath(r *http.Request) (string, string, error) {
 	return id, p, err
 }
 
-func (h *handler) readFile(w http.ResponseWriter, r *http.Request) {
+func (h *handler) readFile(w http.ResponseWriter, r *http.Request) error {
 	id, p, err := idPath(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	rc, fi, err := h.svc.ReadFile(r.Context(), id, p)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	defer rc.Close()
 	hdr := w.Header()
@@ -270,185 +257,168 @@ func (h *handler) readFile(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
-		return
+		return nil
 	}
 	// Copy exactly Size bytes: a file that grew is cut at the announced
-	// length, one that shrank leaves a short body the client detects.
+	// length, one that shrank leaves a short body the client detects
+	// (handle aborts the response on an error from here on).
 	if n, err := io.CopyN(w, rc, fi.Size); err != nil {
-		stateFrom(r.Context()).err = fmt.Errorf("sending file after %d of %d bytes: %w", n, fi.Size, err)
-		panic(http.ErrAbortHandler)
+		return fmt.Errorf("sending file after %d of %d bytes: %w", n, fi.Size, err)
 	}
+	return nil
 }
 
-func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) {
+func (h *handler) writeFile(w http.ResponseWriter, r *http.Request) error {
 	id, p, err := idPath(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	mode, err := modeQuery(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	parents, err := boolQuery(r, "parents")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	fi, err := h.svc.WriteFile(r.Context(), id, p, mode, parents, h.uploadBody(w, r))
 	if err != nil {
-		refuseUpload(w, r, err)
-		return
+		return drainRefused(w, r, err)
 	}
 	writeJSON(w, http.StatusOK, fi)
+	return nil
 }
 
-func (h *handler) stat(w http.ResponseWriter, r *http.Request) {
+func (h *handler) stat(w http.ResponseWriter, r *http.Request) error {
 	id, p, err := idPath(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	fi, err := h.svc.Stat(r.Context(), id, p)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, fi)
+	return nil
 }
 
-func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+func (h *handler) list(w http.ResponseWriter, r *http.Request) error {
 	id, p, err := idPath(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	entries, err := h.svc.List(r.Context(), id, p)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if entries == nil {
 		entries = []api.FileInfo{}
 	}
 	writeJSON(w, http.StatusOK, api.FileList{Entries: entries})
+	return nil
 }
 
-func (h *handler) mkdir(w http.ResponseWriter, r *http.Request) {
+func (h *handler) mkdir(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req api.MkdirRequest
 	if err := h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := validPath("path", req.Path); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if req.Mode > 0o7777 {
-		writeError(w, r, errorf("mode %#o: want permission bits (at most 07777)", req.Mode))
-		return
+		return errorf("mode %#o: want permission bits (at most 07777)", req.Mode)
 	}
 	fi, err := h.svc.Mkdir(r.Context(), id, req)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, fi)
+	return nil
 }
 
-func (h *handler) move(w http.ResponseWriter, r *http.Request) {
+func (h *handler) move(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req api.MoveRequest
 	if err := h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := errors.Join(validPath("from", req.From), validPath("to", req.To)); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := h.svc.Move(r.Context(), id, req); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (h *handler) remove(w http.ResponseWriter, r *http.Request) {
+func (h *handler) remove(w http.ResponseWriter, r *http.Request) error {
 	id, p, err := idPath(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	recursive, err := boolQuery(r, "recursive")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := h.svc.Remove(r.Context(), id, p, recursive); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (h *handler) readArchive(w http.ResponseWriter, r *http.Request) {
+func (h *handler) readArchive(w http.ResponseWriter, r *http.Request) error {
 	id, p, err := idPath(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	rc, err := h.svc.ReadArchive(r.Context(), id, p)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(w, rc); err != nil {
-		// Chunked and already 200: abort so the client sees a broken
-		// transfer rather than a truncated but complete-looking tar.
-		stateFrom(r.Context()).err = fmt.Errorf("sending archive: %w", err)
-		panic(http.ErrAbortHandler)
+		// Chunked and already 200: handle aborts so the client sees a
+		// broken transfer rather than a truncated but complete-looking tar.
+		return fmt.Errorf("sending archive: %w", err)
 	}
+	return nil
 }
 
-func (h *handler) writeArchive(w http.ResponseWriter, r *http.Request) {
+func (h *handler) writeArchive(w http.ResponseWriter, r *http.Request) error {
 	id, p, err := idPath(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := h.svc.WriteArchive(r.Context(), id, p, h.uploadBody(w, r)); err != nil {
-		refuseUpload(w, r, err)
-		return
+		return drainRefused(w, r, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // --- templates (build is in stream.go) ---
 
-func (h *handler) getTemplate(w http.ResponseWriter, r *http.Request) {
+func (h *handler) getTemplate(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	if !templateNameRe.MatchString(name) {
-		writeError(w, r, errorf("invalid template name %q", clip(name)))
-		return
+		return errorf("invalid template name %q", clip(name))
 	}
 	t, err := h.svc.GetTemplate(r.Context(), name)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, t)
+	return nil
 }

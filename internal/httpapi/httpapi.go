@@ -96,7 +96,7 @@ func New(svc Service, opts Options) http.Handler {
 		h.keySums = append(h.keySums, sha256.Sum256([]byte(k)))
 	}
 	for _, rt := range h.routes() {
-		h.mux.HandleFunc(rt.method+" "+rt.pattern, rt.fn)
+		h.mux.HandleFunc(rt.method+" "+rt.pattern, handle(rt.fn))
 	}
 	return h
 }
@@ -105,7 +105,7 @@ func New(svc Service, opts Options) http.Handler {
 // exactly these (checked by a test).
 type route struct {
 	method, pattern string
-	fn              http.HandlerFunc
+	fn              handlerFunc
 }
 
 func (h *handler) routes() []route {
@@ -140,9 +140,14 @@ func (h *handler) routes() []route {
 
 // reqState is per-request data shared by the middleware and handlers.
 type reqState struct {
-	id  string
-	err error // the error behind an error response, for the log line
+	id   string
+	err  error     // the error behind an error response, for the log line
+	resp *recorder // the response; nil outside ServeHTTP
 }
+
+// started reports whether the response's header has been written: from
+// then on an error can no longer change the status.
+func (rs *reqState) started() bool { return rs.resp != nil && rs.resp.wroteHeader }
 
 type stateKey struct{}
 
@@ -166,9 +171,9 @@ func newRequestID() string {
 // panic recovery, Host/Origin checks, authentication, routing.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rs := &reqState{id: newRequestID()}
-	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, rs))
 	rec := &recorder{ResponseWriter: w}
+	rs := &reqState{id: newRequestID(), resp: rec}
+	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, rs))
 	hdr := w.Header()
 	if !h.opts.RequireAuth {
 		// On TCP the version is told only to authenticated callers.
@@ -181,7 +186,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
-				// Deliberate abort of a half-sent response (see readFile).
+				// Deliberate abort of a half-sent response (see handle).
 				if rs.err == nil {
 					rs.err = errors.New("response aborted")
 				}
@@ -202,25 +207,27 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.logRequest(r, rec, rs, start)
 	}()
+	handle(h.dispatch)(rec, r)
+}
 
+// dispatch checks the caller's access to r and serves it by its route.
+func (h *handler) dispatch(w http.ResponseWriter, r *http.Request) error {
 	p, who, err := h.checkAccess(r)
 	if errors.Is(err, errAnonymousHealth) {
-		writeJSON(rec, http.StatusOK, map[string]string{"status": "ok"})
-		return
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return nil
 	}
 	if err != nil {
 		if errors.Is(err, errdefs.ErrUnauthenticated) {
-			rec.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
 		}
-		writeError(rec, r, err)
-		return
+		return err
 	}
 	if h.opts.RequireAuth {
 		if err := h.admitAuthenticated(r, p); err != nil {
-			writeError(rec, r, err)
-			return
+			return err
 		}
-		hdr.Set(api.VersionHeader, h.opts.Version)
+		w.Header().Set(api.VersionHeader, h.opts.Version)
 	}
 	ctx := context.WithValue(tenant.WithPrincipal(r.Context(), p), callerKey{}, who)
 	if h.opts.Tenants != nil {
@@ -232,18 +239,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(ctx)
 	_, pattern := h.mux.Handler(r)
 	if pattern == "" {
-		h.noRoute(rec, r)
-		return
+		return h.noRoute(w, r)
 	}
 	if err := authorize(p, r, pattern); err != nil {
-		writeError(rec, r, err)
-		return
+		return err
 	}
-	h.mux.ServeHTTP(rec, r)
+	h.mux.ServeHTTP(w, r)
+	return nil
 }
 
 // noRoute turns the mux's plain-text 404/405 into JSON errors.
-func (h *handler) noRoute(w http.ResponseWriter, r *http.Request) {
+func (h *handler) noRoute(w http.ResponseWriter, r *http.Request) error {
 	probe := &statusProbe{header: http.Header{}}
 	mh, _ := h.mux.Handler(r)
 	mh.ServeHTTP(probe, r)
@@ -255,9 +261,9 @@ func (h *handler) noRoute(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMethodNotAllowed, api.Error{
 			Code: "method_not_allowed", Message: fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path), RequestID: rs.id,
 		})
-		return
+		return nil
 	}
-	writeError(w, r, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
+	return fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound)
 }
 
 func (h *handler) logRequest(r *http.Request, rec *recorder, rs *reqState, start time.Time) {

@@ -34,40 +34,38 @@ func (h *handler) lifecycleRoutes() []route {
 	if !ok {
 		return nil
 	}
-	op := func(fn func(context.Context, string) (api.Sandbox, error)) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
+	op := func(fn func(context.Context, string) (api.Sandbox, error)) handlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) error {
 			id, err := sandboxID(r)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			sb, err := fn(r.Context(), id)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			writeJSON(w, http.StatusOK, sb)
+			return nil
 		}
 	}
 	return []route{
 		{"POST", "/v1/sandboxes/{id}/pause", op(ls.PauseSandbox)},
 		{"POST", "/v1/sandboxes/{id}/resume", op(ls.ResumeSandbox)},
 		{"POST", "/v1/sandboxes/{id}/hibernate", op(ls.HibernateSandbox)},
-		{"GET", "/v1/sandboxes/{id}/transitions", func(w http.ResponseWriter, r *http.Request) {
+		{"GET", "/v1/sandboxes/{id}/transitions", func(w http.ResponseWriter, r *http.Request) error {
 			id, err := sandboxID(r)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			ts, err := ls.SandboxTransitions(r.Context(), id)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			if ts == nil {
 				ts = []api.Transition{}
 			}
 			writeJSON(w, http.StatusOK, api.TransitionList{Transitions: ts})
+			return nil
 		}},
 	}
 }

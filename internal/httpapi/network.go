@@ -25,46 +25,42 @@ func (h *handler) networkRoutes() []route {
 		return nil
 	}
 	return []route{
-		{"PUT", "/v1/sandboxes/{id}/network", func(w http.ResponseWriter, r *http.Request) {
+		{"PUT", "/v1/sandboxes/{id}/network", func(w http.ResponseWriter, r *http.Request) error {
 			id, err := sandboxID(r)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			var spec api.NetworkSpec
 			if err := h.decodeJSON(w, r, &spec, false); err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			sb, err := ns.UpdateNetwork(r.Context(), id, spec)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			writeJSON(w, http.StatusOK, sb)
+			return nil
 		}},
-		{"GET", "/v1/sandboxes/{id}/egress", func(w http.ResponseWriter, r *http.Request) {
+		{"GET", "/v1/sandboxes/{id}/egress", func(w http.ResponseWriter, r *http.Request) error {
 			id, err := sandboxID(r)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			limit := 0
 			if s := r.URL.Query().Get("limit"); s != "" {
 				if limit, err = strconv.Atoi(s); err != nil || limit < 0 {
-					writeError(w, r, errorf("limit must be a non-negative integer"))
-					return
+					return errorf("limit must be a non-negative integer")
 				}
 			}
 			recs, err := ns.EgressLog(r.Context(), id, limit)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			if recs == nil {
 				recs = []api.EgressRecord{}
 			}
 			writeJSON(w, http.StatusOK, api.EgressLog{Records: recs})
+			return nil
 		}},
 	}
 }

@@ -135,51 +135,47 @@ type runHandlers struct {
 	svc RunService
 }
 
-func (x runHandlers) list(w http.ResponseWriter, r *http.Request) {
+func (x runHandlers) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	sb, trig := q.Get("sandbox"), q.Get("trigger")
 	if sb != "" && !sandboxIDRe.MatchString(sb) {
-		writeError(w, r, errorf("invalid sandbox id %q", clip(sb)))
-		return
+		return errorf("invalid sandbox id %q", clip(sb))
 	}
 	switch trig {
 	case "", api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook:
 	default:
-		writeError(w, r, errorf("unknown trigger %q (api, schedule, webhook)", clip(trig)))
-		return
+		return errorf("unknown trigger %q (api, schedule, webhook)", clip(trig))
 	}
 	limit := defaultRunLimit
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 || n > maxRunLimit {
-			writeError(w, r, errorf("limit must be an integer from 1 to %d", maxRunLimit))
-			return
+			return errorf("limit must be an integer from 1 to %d", maxRunLimit)
 		}
 		limit = n
 	}
 	runs, err := x.svc.ListRuns(r.Context(), sb, trig, limit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if runs == nil {
 		runs = []api.Run{}
 	}
 	writeJSON(w, http.StatusOK, api.RunList{Runs: runs})
+	return nil
 }
 
-func (x runHandlers) get(w http.ResponseWriter, r *http.Request) {
+func (x runHandlers) get(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("run")
 	if !runIDRe.MatchString(id) {
-		writeError(w, r, errorf("invalid run id %q", clip(id)))
-		return
+		return errorf("invalid run id %q", clip(id))
 	}
 	run, err := x.svc.GetRun(r.Context(), id)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, run)
+	return nil
 }
 
 // usageQuery parses ?sandbox=&since= (since: RFC 3339, or a duration
@@ -203,41 +199,36 @@ func usageQuery(r *http.Request) (string, time.Time, error) {
 	return sb, since, nil
 }
 
-func (x runHandlers) usage(w http.ResponseWriter, r *http.Request) {
+func (x runHandlers) usage(w http.ResponseWriter, r *http.Request) error {
 	sb, since, err := usageQuery(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	u, err := x.svc.Usage(r.Context(), sb, since)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, u)
+	return nil
 }
 
-func (x runHandlers) export(w http.ResponseWriter, r *http.Request) {
+func (x runHandlers) export(w http.ResponseWriter, r *http.Request) error {
 	sb, since, err := usageQuery(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	out := newNDJSON(w)
 	err = x.svc.ExportUsage(r.Context(), sb, since, func(rec api.UsageRecord) error { return out.write(rec) })
 	if err != nil {
-		if !out.started {
-			writeError(w, r, err)
-			return
-		}
-		// Half-sent: cut the response so the client sees it incomplete.
-		stateFrom(r.Context()).err = err
-		panic(http.ErrAbortHandler)
+		// Half-sent, handle cuts the response so the client sees it
+		// incomplete.
+		return err
 	}
 	if !out.started {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
 	}
+	return nil
 }
 
 // triggerID returns the validated {sid} path value of a schedule or hook.
@@ -251,35 +242,33 @@ func triggerID(r *http.Request, what string) (string, error) {
 
 // byID serves a call whose only argument is the {sid} path value of a
 // schedule or hook, answering its result as JSON with status.
-func byID[T any](what string, status int, call func(context.Context, string) (T, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func byID[T any](what string, status int, call func(context.Context, string) (T, error)) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		id, err := triggerID(r, what)
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		v, err := call(r.Context(), id)
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		writeJSON(w, status, v)
+		return nil
 	}
 }
 
 // deleteByID serves a delete of the schedule or hook named by {sid}: 204.
-func deleteByID(what string, call func(context.Context, string) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func deleteByID(what string, call func(context.Context, string) error) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		id, err := triggerID(r, what)
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		if err := call(r.Context(), id); err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
 }
 
@@ -301,26 +290,23 @@ type scheduleHandlers struct {
 	svc ScheduleService
 }
 
-func (x scheduleHandlers) create(w http.ResponseWriter, r *http.Request) {
+func (x scheduleHandlers) create(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateScheduleRequest
 	if err := x.h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := validAction(&req.RunAction); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := noNUL("schedule", req.Cron, req.Timezone, req.MissedRunPolicy); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	s, err := x.svc.CreateSchedule(r.Context(), req)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, s)
+	return nil
 }
 
 type hookHandlers struct {
@@ -328,56 +314,50 @@ type hookHandlers struct {
 	svc HookService
 }
 
-func (x hookHandlers) create(w http.ResponseWriter, r *http.Request) {
+func (x hookHandlers) create(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateHookRequest
 	if err := x.h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := validAction(&req.RunAction); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	hk, err := x.svc.CreateHook(r.Context(), req)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, hk)
+	return nil
 }
 
 // deliver is a webhook delivery: the raw body (at most MaxBodyBytes) is
 // what the signature covers and what the command reads on stdin. 202 with
 // the running record, or 200 with the finished one when ?wait=true.
-func (x hookHandlers) deliver(w http.ResponseWriter, r *http.Request) {
+func (x hookHandlers) deliver(w http.ResponseWriter, r *http.Request) error {
 	id, err := triggerID(r, "hook")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	wait, err := boolQuery(r, "wait")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, x.h.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, r, fmt.Errorf("webhook body larger than %d bytes: %w", mbe.Limit, err))
-			return
+			return fmt.Errorf("webhook body larger than %d bytes: %w", mbe.Limit, err)
 		}
-		writeError(w, r, errorf("reading the webhook body failed"))
-		return
+		return errorf("reading the webhook body failed")
 	}
 	run, err := x.svc.InvokeHook(r.Context(), id, r.Header.Get(api.HookTimestampHeader), r.Header.Get(api.HookSignatureHeader), body, wait)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	status := http.StatusAccepted
 	if wait {
 		status = http.StatusOK
 	}
 	writeJSON(w, status, run)
+	return nil
 }

@@ -25,18 +25,17 @@ func (h *handler) poolRoutes() []route {
 		return nil
 	}
 	return []route{
-		{"PUT", "/v1/templates/{name}/pool", func(w http.ResponseWriter, r *http.Request) {
+		{"PUT", "/v1/templates/{name}/pool", func(w http.ResponseWriter, r *http.Request) error {
 			var req api.PoolRequest
 			if err := h.decodeJSON(w, r, &req, false); err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			p, err := ps.SetPool(r.Context(), r.PathValue("name"), req.Size)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			writeJSON(w, http.StatusOK, p)
+			return nil
 		}},
 		{"GET", "/v1/pools", listAll(ps.Pools, func(l []api.Pool) api.PoolList { return api.PoolList{Pools: l} })},
 	}

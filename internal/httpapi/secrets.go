@@ -57,21 +57,20 @@ func (h *handler) secretRoutes() []route {
 		)
 	}
 	if es, ok := h.svc.(EventService); ok {
-		rts = append(rts, route{"GET", "/v1/sandboxes/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+		rts = append(rts, route{"GET", "/v1/sandboxes/{id}/events", func(w http.ResponseWriter, r *http.Request) error {
 			id, err := sandboxID(r)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			evs, err := es.SandboxEvents(r.Context(), id)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			if evs == nil {
 				evs = []api.SandboxEvent{}
 			}
 			writeJSON(w, http.StatusOK, api.SandboxEventList{Events: evs})
+			return nil
 		}})
 	}
 	return rts
@@ -92,21 +91,18 @@ func secretName(r *http.Request) (string, error) {
 
 // put takes the value as the raw body, or as {"value": "..."} when the
 // content type is JSON. The value is never logged or echoed.
-func (s secretHandlers) put(w http.ResponseWriter, r *http.Request) {
+func (s secretHandlers) put(w http.ResponseWriter, r *http.Request) error {
 	name, err := secretName(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSecretBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, r, fmt.Errorf("secret value larger than %d bytes: %w", mbe.Limit, err))
-			return
+			return fmt.Errorf("secret value larger than %d bytes: %w", mbe.Limit, err)
 		}
-		writeError(w, r, errorf("reading the secret value failed"))
-		return
+		return errorf("reading the secret value failed")
 	}
 	value := body
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
@@ -114,32 +110,29 @@ func (s secretHandlers) put(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(strings.NewReader(string(body)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil || dec.More() || strictjson.CheckDuplicates(body, reflect.TypeOf(req)) != nil {
-			writeError(w, r, errorf("body must be {\"value\": \"...\"} (once) with Content-Type application/json"))
-			return
+			return errorf("body must be {\"value\": \"...\"} (once) with Content-Type application/json")
 		}
 		value = []byte(req.Value)
 	}
 	if len(value) == 0 {
-		writeError(w, r, errorf("secret value is empty"))
-		return
+		return errorf("secret value is empty")
 	}
 	info, err := s.svc.PutSecret(r.Context(), name, value)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, info)
+	return nil
 }
 
-func (s secretHandlers) delete(w http.ResponseWriter, r *http.Request) {
+func (s secretHandlers) delete(w http.ResponseWriter, r *http.Request) error {
 	name, err := secretName(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := s.svc.DeleteSecret(r.Context(), name); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

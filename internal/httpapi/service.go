@@ -4,7 +4,9 @@
 // categories (internal/errdefs) become HTTP statuses.
 //
 // Business logic lives behind Service (implemented by internal/sandbox). The
-// handlers only parse, validate, call one Service method and encode.
+// handlers only parse, validate, call one Service method and encode; they
+// return their errors, and handle (errors.go) is the one place that turns
+// an error into the response and the request's log line.
 package httpapi
 
 import (
@@ -12,6 +14,7 @@ import (
 	"io"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/execstream"
 )
 
 // Service is the daemon core as seen by the HTTP edge.
@@ -51,14 +54,14 @@ type Service interface {
 	// an api.EventStarted event. req.Background is false. When the client
 	// goes away the edge closes the stream; the process keeps running (its
 	// own timeout still applies) and can be re-attached.
-	Exec(ctx context.Context, id string, req api.ExecRequest) (ExecStream, error)
+	Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error)
 	// StartProcess runs a process in the background (req.Background is true)
 	// and returns as soon as it has started.
 	StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error)
 	// Attach streams the output of a running or finished process. With
 	// replay, buffered earlier output is sent first. The stream ends with
 	// the process's exit event.
-	Attach(ctx context.Context, id string, pid int, replay bool) (ExecStream, error)
+	Attach(ctx context.Context, id string, pid int, replay bool) (execstream.Stream, error)
 	// ListProcesses lists the processes started through Exec/StartProcess.
 	ListProcesses(ctx context.Context, id string) ([]api.Process, error)
 	// WriteStdin copies r (a streamed request body of any size) to the
@@ -106,15 +109,4 @@ type Service interface {
 	// returns; the edge itself ends the stream with a done or error event.
 	// ctx is cancelled when the client goes away.
 	BuildTemplate(ctx context.Context, req api.BuildTemplateRequest, progress func(api.BuildEvent)) (api.Template, error)
-}
-
-// ExecStream yields the events of one exec or attach.
-//
-// Next blocks until the next event and returns io.EOF after the final exit
-// or error event. Close ends the attachment (never the process): it is
-// idempotent, safe to call concurrently with a blocked Next, which then
-// returns promptly with an error. The edge always calls Close.
-type ExecStream interface {
-	Next() (api.ExecEvent, error)
-	Close() error
 }

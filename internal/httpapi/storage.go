@@ -53,69 +53,68 @@ type storageHandlers struct {
 	svc StorageService
 }
 
-func (s storageHandlers) gc(w http.ResponseWriter, r *http.Request) {
+func (s storageHandlers) gc(w http.ResponseWriter, r *http.Request) error {
 	var req api.GCRequest
 	if err := s.h.decodeJSON(w, r, &req, true); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	minAge := defaultGCMinAge
 	if req.MinAgeSeconds != nil {
 		if *req.MinAgeSeconds < 0 {
-			writeError(w, r, errorf("min_age_seconds must not be negative"))
-			return
+			return errorf("min_age_seconds must not be negative")
 		}
 		minAge = time.Duration(*req.MinAgeSeconds) * time.Second
 	}
 	res, err := s.svc.CollectGarbage(r.Context(), minAge)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
-func (s storageHandlers) exportTemplate(w http.ResponseWriter, r *http.Request) {
+func (s storageHandlers) exportTemplate(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	if !templateNameRe.MatchString(name) {
-		writeError(w, r, errorf("invalid template name %q", clip(name)))
-		return
+		return errorf("invalid template name %q", clip(name))
 	}
 	rc, err := s.svc.ExportTemplate(r.Context(), name)
-	sendImage(w, r, rc, err, name)
+	if err != nil {
+		return err
+	}
+	return sendImage(w, rc, name)
 }
 
-func (s storageHandlers) exportCheckpoint(w http.ResponseWriter, r *http.Request) {
+func (s storageHandlers) exportCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	cid, err := checkpointID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	rc, err := s.svc.ExportCheckpoint(r.Context(), cid)
-	sendImage(w, r, rc, err, "checkpoint-"+cid)
+	if err != nil {
+		return err
+	}
+	return sendImage(w, rc, "checkpoint-"+cid)
 }
 
-func sendImage(w http.ResponseWriter, r *http.Request, rc io.ReadCloser, err error, name string) {
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
+// sendImage sends the image archive rc as the download name.tar and closes
+// rc.
+func sendImage(w http.ResponseWriter, rc io.ReadCloser, name string) error {
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name + ".tar"}))
 	w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(w, rc); err != nil {
-		// Already 200: abort so the client sees a broken transfer.
-		stateFrom(r.Context()).err = fmt.Errorf("sending image: %w", err)
-		panic(http.ErrAbortHandler)
+		// Already 200: handle aborts so the client sees a broken transfer.
+		return fmt.Errorf("sending image: %w", err)
 	}
+	return nil
 }
 
-func (s storageHandlers) importTemplate(w http.ResponseWriter, r *http.Request) {
+func (s storageHandlers) importTemplate(w http.ResponseWriter, r *http.Request) error {
 	name := r.URL.Query().Get("name")
 	if !templateNameRe.MatchString(name) {
-		writeError(w, r, errorf("query parameter name must be a template name, got %q", clip(name)))
-		return
+		return errorf("query parameter name must be a template name, got %q", clip(name))
 	}
 	var (
 		t   api.Template
@@ -124,20 +123,18 @@ func (s storageHandlers) importTemplate(w http.ResponseWriter, r *http.Request) 
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
 		var req api.ImportTemplateRequest
 		if err := s.h.decodeJSON(w, r, &req, false); err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		if req.Path == "" || req.Path[0] != '/' || len(req.Path) > 4096 {
-			writeError(w, r, errorf("path must be an absolute directory path on the daemon host"))
-			return
+			return errorf("path must be an absolute directory path on the daemon host")
 		}
 		t, err = s.svc.ImportTemplatePath(r.Context(), name, req.Path)
 	} else {
 		t, err = s.svc.ImportTemplate(r.Context(), name, s.h.uploadBody(w, r))
 	}
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, t)
+	return nil
 }

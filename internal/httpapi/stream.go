@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 )
 
 // ndjsonWriter writes one JSON object per line and flushes after each, so
@@ -65,62 +66,56 @@ func shutdownContext(ctx context.Context) context.Context {
 //
 // With background=true no stream is opened: the process is started and
 // 201 api.Process is returned at once.
-func (h *handler) exec(w http.ResponseWriter, r *http.Request) {
+func (h *handler) exec(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req api.ExecRequest
 	if err := h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := validExec(&req); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if req.Background {
 		p, err := h.svc.StartProcess(r.Context(), id, req)
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusCreated, p)
-		return
+		return nil
 	}
 	stream, err := h.svc.Exec(r.Context(), id, req)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	h.pumpExec(w, r, stream)
+	return nil
 }
 
 // attach re-attaches to a process's output.
-func (h *handler) attach(w http.ResponseWriter, r *http.Request) {
+func (h *handler) attach(w http.ResponseWriter, r *http.Request) error {
 	id, pid, err := idPid(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	replay, err := boolQuery(r, "replay")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	stream, err := h.svc.Attach(r.Context(), id, pid, replay)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	h.pumpExec(w, r, stream)
+	return nil
 }
 
 // pumpExec copies stream to the client until the final event, the client
 // going away, or the daemon shutting down. It always closes stream; closing
 // from another goroutine unblocks a pending Next.
-func (h *handler) pumpExec(w http.ResponseWriter, r *http.Request, stream ExecStream) {
+func (h *handler) pumpExec(w http.ResponseWriter, r *http.Request, stream execstream.Stream) {
 	rs := stateFrom(r.Context())
 	var closeOnce sync.Once
 	closeStream := func() { closeOnce.Do(func() { _ = stream.Close() }) }
@@ -163,7 +158,7 @@ func (h *handler) pumpExec(w http.ResponseWriter, r *http.Request, stream ExecSt
 			rs.err = fmt.Errorf("writing stream: %w", err)
 			return
 		}
-		if ev.Type == api.EventExit || ev.Type == api.EventError {
+		if execstream.Final(ev) {
 			return
 		}
 	}
@@ -172,19 +167,16 @@ func (h *handler) pumpExec(w http.ResponseWriter, r *http.Request, stream ExecSt
 // buildTemplate streams the progress of a template build. Errors before the
 // first progress event are ordinary JSON error responses; afterwards they
 // become the stream's final error event.
-func (h *handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
+func (h *handler) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	var req api.BuildTemplateRequest
 	if err := h.decodeJSON(w, r, &req, false); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if (req.Name == "") == (req.Spec == nil) {
-		writeError(w, r, errorf("exactly one of name or spec must be set"))
-		return
+		return errorf("exactly one of name or spec must be set")
 	}
 	if req.Name != "" && !templateNameRe.MatchString(req.Name) {
-		writeError(w, r, errorf("invalid template name %q", clip(req.Name)))
-		return
+		return errorf("invalid template name %q", clip(req.Name))
 	}
 	rs := stateFrom(r.Context())
 	out := newNDJSON(w)
@@ -209,18 +201,18 @@ func (h *handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	defer mu.Unlock()
 	done = true
 	if err != nil && !out.started {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if writeErr != nil {
 		rs.err = fmt.Errorf("writing stream: %w", writeErr)
-		return
+		return nil
 	}
 	if err != nil {
 		_, pub := publicError(err, rs.id)
 		rs.err = err
 		_ = out.write(api.BuildEvent{Type: api.BuildEventError, Error: &pub})
-		return
+		return nil
 	}
 	_ = out.write(api.BuildEvent{Type: api.BuildEventDone, Template: &t})
+	return nil
 }

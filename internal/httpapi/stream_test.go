@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 )
 
 func waitClosed(t *testing.T, s *fakeStream) {
@@ -144,10 +145,10 @@ func (s *errStream) Close() error { s.closed = true; return nil }
 
 type streamSvc struct {
 	*fakeService
-	s ExecStream
+	s execstream.Stream
 }
 
-func (s *streamSvc) Exec(ctx context.Context, id string, req api.ExecRequest) (ExecStream, error) {
+func (s *streamSvc) Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
 	return s.s, nil
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
-// Authenticator resolves tenants' API keys (internal/tenant.Registry).
+// Authenticator resolves tenants' API keys (internal/tenant/registry.Registry).
 // Both methods are safe for concurrent use.
 type Authenticator interface {
 	// Authenticate returns the principal of key, or an error wrapping
@@ -86,76 +86,70 @@ func (h *handler) tenantRoutes() []route {
 	}
 	return []route{
 		{"GET", "/v1/tenants", listAll(ts.ListTenants, func(l []api.Tenant) api.TenantList { return api.TenantList{Tenants: l} })},
-		{"POST", "/v1/tenants", func(w http.ResponseWriter, r *http.Request) {
+		{"POST", "/v1/tenants", func(w http.ResponseWriter, r *http.Request) error {
 			var req api.CreateTenantRequest
 			if err := h.decodeJSON(w, r, &req, false); err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			t, err := ts.CreateTenant(r.Context(), req)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			writeJSON(w, http.StatusCreated, t)
+			return nil
 		}},
-		{"GET", "/v1/tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) {
+		{"GET", "/v1/tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) error {
 			id, err := tenantID(r)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			t, err := ts.GetTenant(r.Context(), id)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			writeJSON(w, http.StatusOK, t)
+			return nil
 		}},
 		{"PATCH", "/v1/tenants/{tenant}", withBody(h, tenantID, http.StatusOK, func(ctx context.Context, id string, req api.UpdateTenantRequest) (api.Tenant, error) {
 			return ts.UpdateTenant(ctx, id, req.Quotas)
 		})},
-		{"DELETE", "/v1/tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) {
+		{"DELETE", "/v1/tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) error {
 			id, err := tenantID(r)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			if err := ts.DeleteTenant(r.Context(), id); err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			w.WriteHeader(http.StatusNoContent)
+			return nil
 		}},
 		{"GET", "/v1/keys", listAll(ts.ListAPIKeys, func(l []api.APIKey) api.APIKeyList { return api.APIKeyList{Keys: l} })},
-		{"POST", "/v1/keys", func(w http.ResponseWriter, r *http.Request) {
+		{"POST", "/v1/keys", func(w http.ResponseWriter, r *http.Request) error {
 			var req api.CreateAPIKeyRequest
 			if err := h.decodeJSON(w, r, &req, true); err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			if req.Tenant != "" && !tenantIDRe.MatchString(req.Tenant) {
-				writeError(w, r, errorf("invalid tenant id %q", clip(req.Tenant)))
-				return
+				return errorf("invalid tenant id %q", clip(req.Tenant))
 			}
 			k, err := ts.CreateAPIKey(r.Context(), req)
 			if err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			writeJSON(w, http.StatusCreated, k)
+			return nil
 		}},
-		{"DELETE", "/v1/keys/{key}", func(w http.ResponseWriter, r *http.Request) {
+		{"DELETE", "/v1/keys/{key}", func(w http.ResponseWriter, r *http.Request) error {
 			id := r.PathValue("key")
 			if !keyIDRe.MatchString(id) {
-				writeError(w, r, errorf("invalid key id %q: want 16 characters of [a-z0-9]", clip(id)))
-				return
+				return errorf("invalid key id %q: want 16 characters of [a-z0-9]", clip(id))
 			}
 			if err := ts.RevokeAPIKey(r.Context(), id); err != nil {
-				writeError(w, r, err)
-				return
+				return err
 			}
 			w.WriteHeader(http.StatusNoContent)
+			return nil
 		}},
 	}
 }

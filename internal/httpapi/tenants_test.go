@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/tenant/registry"
 )
 
 func (f *fakeService) CreateTenant(ctx context.Context, req api.CreateTenantRequest) (api.Tenant, error) {
@@ -46,7 +47,7 @@ var _ TenantService = (*fakeService)(nil)
 
 // newRegistry returns a registry with tenants "t1" and "t2" and keys
 // (full and read) for t1.
-func newRegistry(t *testing.T) (reg *tenant.Registry, full, read api.CreatedAPIKey) {
+func newRegistry(t *testing.T) (reg *registry.Registry, full, read api.CreatedAPIKey) {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "db"))
 	if err != nil {
@@ -54,7 +55,7 @@ func newRegistry(t *testing.T) (reg *tenant.Registry, full, read api.CreatedAPIK
 	}
 	t.Cleanup(func() { st.Close() })
 	ctx := context.Background()
-	reg, err = tenant.Open(ctx, st, nil)
+	reg, err = registry.Open(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

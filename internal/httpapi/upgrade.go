@@ -48,53 +48,50 @@ type upgradeHandlers struct {
 	svc UpgradeService
 }
 
-func (u upgradeHandlers) upgrade(w http.ResponseWriter, r *http.Request) {
+func (u upgradeHandlers) upgrade(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req api.UpgradeRequest
 	if err := u.h.decodeJSON(w, r, &req, true); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	// A host path makes the daemon open and run (locked down) a file of
 	// the host: only the host's root, on the unix socket, may name one.
 	// API-key callers upload the binary (POST /v1/runners) and name its hash.
 	if req.Runner != "" && CallerFrom(r.Context()) != callerUnixSocket {
-		writeError(w, r, fmt.Errorf("a runner given by host path is accepted on the unix socket only; upload it with POST /v1/runners and pass runner_hash: %w", errdefs.ErrPermissionDenied))
-		return
+		return fmt.Errorf("a runner given by host path is accepted on the unix socket only; upload it with POST /v1/runners and pass runner_hash: %w", errdefs.ErrPermissionDenied)
 	}
 	res, err := u.svc.UpgradeSandbox(r.Context(), id, req)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
-func (u upgradeHandlers) list(w http.ResponseWriter, r *http.Request) {
+func (u upgradeHandlers) list(w http.ResponseWriter, r *http.Request) error {
 	rs, err := u.svc.ListRunners(r.Context())
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if rs == nil {
 		rs = []api.Runner{}
 	}
 	writeJSON(w, http.StatusOK, api.RunnerList{Runners: rs})
+	return nil
 }
 
-func (u upgradeHandlers) stage(w http.ResponseWriter, r *http.Request) {
+func (u upgradeHandlers) stage(w http.ResponseWriter, r *http.Request) error {
 	body := http.MaxBytesReader(w, r.Body, maxRunnerBody)
 	if u.h.opts.MaxUploadBytes > 0 && u.h.opts.MaxUploadBytes < maxRunnerBody {
 		body = http.MaxBytesReader(w, r.Body, u.h.opts.MaxUploadBytes)
 	}
 	rn, err := u.svc.StageRunner(r.Context(), body)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, rn)
+	return nil
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/clock/clocktest"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -113,7 +113,7 @@ func (f *fakeSandboxes) stream(id string, req api.ExecRequest) (*fakeStream, err
 	return s, nil
 }
 
-func (f *fakeSandboxes) Exec(ctx context.Context, id string, req api.ExecRequest) (sandbox.ExecStream, error) {
+func (f *fakeSandboxes) Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
 	return f.stream(id, req)
 }
 
@@ -125,7 +125,7 @@ func (f *fakeSandboxes) StartProcess(ctx context.Context, id string, req api.Exe
 	return api.Process{Pid: s.evs[0].Pid, Running: true}, nil
 }
 
-func (f *fakeSandboxes) WatchProcess(ctx context.Context, id string, pid int) (sandbox.ExecStream, error) {
+func (f *fakeSandboxes) WatchProcess(ctx context.Context, id string, pid int) (execstream.Stream, error) {
 	code := f.exitCode
 	f.mu.Lock()
 	defer f.mu.Unlock()

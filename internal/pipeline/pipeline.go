@@ -32,6 +32,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/clock"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -64,9 +65,9 @@ type Sandboxes interface {
 	LookupSandbox(ctx context.Context, id string) (api.Sandbox, error)
 	ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error
-	Exec(ctx context.Context, id string, req api.ExecRequest) (sandbox.ExecStream, error)
+	Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error)
 	StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error)
-	WatchProcess(ctx context.Context, id string, pid int) (sandbox.ExecStream, error)
+	WatchProcess(ctx context.Context, id string, pid int) (execstream.Stream, error)
 	SandboxStats(ctx context.Context, id string) (runtime.Stats, error)
 }
 
@@ -192,7 +193,7 @@ type Execution struct {
 	// Stream is the event stream of a foreground run; the caller reads it
 	// and closes it. Closing before the exit detaches: the record is then
 	// finished when the process exits.
-	Stream sandbox.ExecStream
+	Stream execstream.Stream
 	// Process is the started process of a background run.
 	Process api.Process
 }
@@ -680,7 +681,7 @@ func (rs *runState) follow(sbID string, pid int) {
 
 // followStream finishes the run with the exit event of s, the watch of
 // its process, and closes s.
-func (rs *runState) followStream(s sandbox.ExecStream) {
+func (rs *runState) followStream(s execstream.Stream) {
 	defer s.Close()
 	for {
 		ev, err := s.Next()

@@ -4,14 +4,14 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/api"
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/execstream"
 )
 
 // recStream passes a run's events through and finishes its record when
 // the exit event passes (before the caller sees it, so a caller that saw
 // the exit finds the record finished).
 type recStream struct {
-	inner sandbox.ExecStream
+	inner execstream.Stream
 	rs    *runState
 
 	// mu guards pid and ended.
@@ -20,7 +20,9 @@ type recStream struct {
 	ended bool
 }
 
-// Next implements sandbox.ExecStream.
+var _ execstream.Stream = (*recStream)(nil)
+
+// Next implements execstream.Stream.
 func (s *recStream) Next() (api.ExecEvent, error) {
 	ev, err := s.inner.Next()
 	if err != nil {
@@ -43,7 +45,7 @@ func (s *recStream) Next() (api.ExecEvent, error) {
 	return ev, nil
 }
 
-// Close implements sandbox.ExecStream: a caller that leaves before the
+// Close implements execstream.Stream: a caller that leaves before the
 // exit leaves the process running, and its run is finished when the
 // process exits.
 func (s *recStream) Close() error {

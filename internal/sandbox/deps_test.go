@@ -17,6 +17,7 @@ var coreImports = []string{
 	deptest.Module + "/internal/clock",
 	deptest.Module + "/internal/diskquota",
 	deptest.Module + "/internal/errdefs",
+	deptest.Module + "/internal/execstream",
 	deptest.Module + "/internal/guest/client",
 	deptest.Module + "/internal/idrange",
 	deptest.Module + "/internal/layers",

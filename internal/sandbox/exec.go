@@ -7,20 +7,12 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/validate"
 )
 
-// ExecStream yields the events of one exec or attach: "started" first (exec
-// only), then output, then exactly one "exit" or "error". Next returns io.EOF
-// after the last event. Closing the stream detaches; the process keeps
-// running.
-type ExecStream interface {
-	Next() (api.ExecEvent, error)
-	Close() error
-}
-
-var _ ExecStream = (*client.Stream)(nil)
+var _ execstream.Stream = (*client.Stream)(nil)
 
 func (m *Manager) execRequest(b *box, req api.ExecRequest) (api.ExecRequest, error) {
 	if (len(req.Cmd) == 0) == (req.Command == "") {
@@ -47,7 +39,7 @@ func (m *Manager) execRequest(b *box, req api.ExecRequest) (api.ExecRequest, err
 }
 
 // Exec starts a process in the sandbox and streams its events.
-func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (ExecStream, error) {
+func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
 	if err := m.admitExec(ctx, id); err != nil {
 		return nil, err
 	}
@@ -109,7 +101,7 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 
 // Attach streams a process's output (replaying what it buffered when
 // replay is set) until it exits.
-func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (ExecStream, error) {
+func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (execstream.Stream, error) {
 	b, release, err := m.acquire(ctx, id)
 	if err != nil {
 		return nil, err

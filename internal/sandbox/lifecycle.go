@@ -9,6 +9,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/clock"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -298,18 +299,18 @@ func (m *Manager) busy(b *box) func() {
 
 // holdStream keeps b busy until s is closed: an open exec or attach stream
 // is activity.
-func (m *Manager) holdStream(b *box, s ExecStream) ExecStream {
-	return &busyStream{ExecStream: m.watchOOM(b, s), done: m.busy(b)}
+func (m *Manager) holdStream(b *box, s execstream.Stream) execstream.Stream {
+	return &busyStream{Stream: m.watchOOM(b, s), done: m.busy(b)}
 }
 
 type busyStream struct {
-	ExecStream
+	execstream.Stream
 	done func()
 }
 
-// Close implements ExecStream.
+// Close implements execstream.Stream.
 func (s *busyStream) Close() error {
-	err := s.ExecStream.Close()
+	err := s.Stream.Close()
 	s.done()
 	return err
 }

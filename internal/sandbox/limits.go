@@ -9,6 +9,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/diskquota"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant"
@@ -222,19 +223,19 @@ func (m *Manager) checkOOM(b *box) {
 // watchOOM wraps an exec or attach stream: a process that exits killed by
 // SIGKILL (what the OOM killer sends) makes the Manager sample the OOM
 // counter.
-func (m *Manager) watchOOM(b *box, s ExecStream) ExecStream {
-	return &oomStream{ExecStream: s, m: m, b: b}
+func (m *Manager) watchOOM(b *box, s execstream.Stream) execstream.Stream {
+	return &oomStream{Stream: s, m: m, b: b}
 }
 
 type oomStream struct {
-	ExecStream
+	execstream.Stream
 	m *Manager
 	b *box
 }
 
-// Next implements ExecStream.
+// Next implements execstream.Stream.
 func (s *oomStream) Next() (api.ExecEvent, error) {
-	ev, err := s.ExecStream.Next()
+	ev, err := s.Stream.Next()
 	if err == nil && ev.Type == api.EventExit && ev.Signal == "KILL" {
 		s.m.checkOOM(s.b)
 	}

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/redact"
 )
 
@@ -14,7 +15,7 @@ import (
 // before the event is delivered, so a client that has seen the exit can
 // rely on the token being dead.
 type runStream struct {
-	inner ExecStream
+	inner execstream.Stream
 	red   *redact.Redactor // nil: nothing to redact
 	// onExit runs once, when the exit or error event passes.
 	onExit func()
@@ -30,7 +31,7 @@ type runStream struct {
 
 // wrapStream returns s wrapped for sandbox id when there is anything to
 // redact or a run to end; otherwise s itself.
-func (m *Manager) wrapStream(b *box, s ExecStream, r *run, pid int) ExecStream {
+func (m *Manager) wrapStream(b *box, s execstream.Stream, r *run, pid int) execstream.Stream {
 	red := m.redactor(b.rec.Sandbox.ID)
 	if red == nil && r == nil {
 		return s
@@ -44,7 +45,7 @@ func (m *Manager) wrapStream(b *box, s ExecStream, r *run, pid int) ExecStream {
 	return rs
 }
 
-// Next implements ExecStream.
+// Next implements execstream.Stream.
 func (s *runStream) Next() (api.ExecEvent, error) {
 	for {
 		if len(s.queue) > 0 {
@@ -100,7 +101,7 @@ func (s *runStream) fire(exited bool) {
 	}
 }
 
-// Close implements ExecStream. Closing before the exit leaves the process
+// Close implements execstream.Stream. Closing before the exit leaves the process
 // running; its run then ends when the process does.
 func (s *runStream) Close() error {
 	err := s.inner.Close()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
@@ -41,7 +42,7 @@ func (m *Manager) SandboxStats(ctx context.Context, id string) (runtime.Stats, e
 // idle, and output is redacted like every stream. The stream ends with the
 // exit event, or with an error when the guest goes away (the sandbox is
 // hibernated, restarted or deleted).
-func (m *Manager) WatchProcess(ctx context.Context, id string, pid int) (ExecStream, error) {
+func (m *Manager) WatchProcess(ctx context.Context, id string, pid int) (execstream.Stream, error) {
 	b, err := m.get(ctx, id)
 	if err != nil {
 		return nil, err

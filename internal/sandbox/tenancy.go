@@ -20,7 +20,7 @@ import (
 // their tenant's quotas.
 
 // Quotas admits new sandboxes, layers and runs against their tenant's
-// quotas (internal/tenant.Registry). Every method is safe for concurrent
+// quotas (internal/tenant/registry.Registry). Every method is safe for concurrent
 // use and fails with errdefs.ErrResourceExhausted (carrying a retry hint)
 // when over.
 type Quotas interface {
@@ -98,7 +98,7 @@ func (m *Manager) Holdings(owner string) (sandboxes int, diskBytes int64) {
 }
 
 // LayerBytes returns the bytes on disk of the layers charged to owner's
-// disk quota (tenant.Meters.Layers): every layer in the chains of its
+// disk quota (registry.Meters.Layers): every layer in the chains of its
 // checkpoints, of the layers its templates hold a reference on (saved
 // versions, built and imported templates) and of extra, each layer once,
 // leaving out every layer in the chains of the admin's templates (the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 )
 
 // Exec transactions: an exec with checkpoint_before takes a checkpoint
@@ -22,7 +23,7 @@ import (
 
 // execTransaction is Exec for requests with CheckpointBefore or
 // RollbackOnFailure set.
-func (m *Manager) execTransaction(ctx context.Context, id string, req api.ExecRequest) (ExecStream, error) {
+func (m *Manager) execTransaction(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
 	rollback := req.RollbackOnFailure
 	req.CheckpointBefore, req.RollbackOnFailure = false, false
 	ck, err := m.CreateCheckpoint(ctx, id, api.CreateCheckpointRequest{
@@ -71,7 +72,7 @@ type txnStream struct {
 	closeOnce sync.Once
 }
 
-func (t *txnStream) pump(inner ExecStream, onExit func(*api.ExecEvent)) {
+func (t *txnStream) pump(inner execstream.Stream, onExit func(*api.ExecEvent)) {
 	defer inner.Close()
 	defer close(t.events)
 	for {
@@ -99,7 +100,7 @@ func (t *txnStream) send(it txnItem) {
 	}
 }
 
-// Next implements ExecStream.
+// Next implements execstream.Stream.
 func (t *txnStream) Next() (api.ExecEvent, error) {
 	select {
 	case it, ok := <-t.events:
@@ -112,7 +113,7 @@ func (t *txnStream) Next() (api.ExecEvent, error) {
 	}
 }
 
-// Close implements ExecStream: it detaches; the transaction completes.
+// Close implements execstream.Stream: it detaches; the transaction completes.
 func (t *txnStream) Close() error {
 	t.closeOnce.Do(func() { close(t.done) })
 	return nil

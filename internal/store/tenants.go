@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/agentbox/agentbox/api"
-	"github.com/agentbox/agentbox/internal/tenantstore"
 )
 
 var (
@@ -13,12 +12,29 @@ var (
 	bucketAPIKeys = []byte("apikeys")
 )
 
-// TenantStore persists tenants and API keys (package tenantstore, the
-// registry's contract).
-type TenantStore = tenantstore.TenantStore
+// TenantStore persists tenants and API keys. It has the same guarantees as
+// Store (safe for concurrent use, atomic and durable writes, errdefs
+// categories).
+type TenantStore interface {
+	// PutTenant inserts or replaces the tenant t.ID.
+	PutTenant(ctx context.Context, t api.Tenant) error
+	// ListTenants returns every decodable tenant ordered by id.
+	ListTenants(ctx context.Context) ([]api.Tenant, error)
+	// DeleteTenant removes tenant id; a missing one is no error.
+	DeleteTenant(ctx context.Context, id string) error
+	// PutAPIKey inserts or replaces the key rec.Key.ID.
+	PutAPIKey(ctx context.Context, rec APIKeyRecord) error
+	// ListAPIKeys returns every decodable key record ordered by id.
+	ListAPIKeys(ctx context.Context) ([]APIKeyRecord, error)
+}
 
-// APIKeyRecord is a stored API key (package tenantstore).
-type APIKeyRecord = tenantstore.APIKeyRecord
+// APIKeyRecord is a stored API key: its description and the SHA-256 of its
+// secret part (the key itself is never stored).
+type APIKeyRecord struct {
+	Key api.APIKey `json:"key"`
+	// Hash is the hex SHA-256 of the whole key string.
+	Hash string `json:"hash"`
+}
 
 var _ TenantStore = (*Bolt)(nil)
 

@@ -1,8 +1,9 @@
 // Package tenant is agentbox's multi-tenancy: who is calling (Principal,
-// carried in the request context), which objects a caller may see, how a
-// tenant's named objects are kept apart from another's (Qualify), the
-// registry of tenants and API keys (Registry: random keys stored hashed,
-// scoped, revocable with live requests ended), and per-tenant quotas.
+// carried in the request context), which objects a caller may see, and how
+// a tenant's named objects are kept apart from another's (Qualify). The
+// registry of tenants and API keys and the per-tenant quotas are in
+// internal/tenant/registry, which persists them in the store; this package
+// depends on no store, so the HTTP edge can name the caller without one.
 //
 // The rule every object follows: a caller sees only its own tenant's
 // objects, and another tenant's ids are answered exactly like unknown ids.

@@ -1,4 +1,4 @@
-package tenant
+package registry
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 var quietLog = slog.New(slog.DiscardHandler)
@@ -51,7 +52,7 @@ func mustCreateTenant(t *testing.T, r *Registry, id string, q api.Quotas) api.Te
 	return tn
 }
 
-func mustCreateKey(t *testing.T, r *Registry, p Principal, req api.CreateAPIKeyRequest) api.CreatedAPIKey {
+func mustCreateKey(t *testing.T, r *Registry, p tenant.Principal, req api.CreateAPIKeyRequest) api.CreatedAPIKey {
 	t.Helper()
 	k, err := r.CreateKey(t.Context(), p, req)
 	if err != nil {
@@ -85,7 +86,7 @@ func TestCreateTenantValidation(t *testing.T) {
 			}
 		})
 	}
-	if got := r.Tenants(Admin); len(got) != 0 {
+	if got := r.Tenants(tenant.Admin); len(got) != 0 {
 		t.Errorf("refused creates left tenants behind: %+v", got)
 	}
 
@@ -102,7 +103,7 @@ func TestCreateTenantValidation(t *testing.T) {
 	if !errdefs.IsAlreadyExists(err) {
 		t.Errorf("duplicate CreateTenant = %v, want ErrAlreadyExists", err)
 	}
-	if got, _ := r.Tenant(Admin, "acme"); got.Quotas != q {
+	if got, _ := r.Tenant(tenant.Admin, "acme"); got.Quotas != q {
 		t.Errorf("a refused duplicate changed the tenant: %+v", got)
 	}
 }
@@ -113,17 +114,17 @@ func TestTenantsVisibility(t *testing.T) {
 		mustCreateTenant(t, r, id, api.Quotas{})
 	}
 	var ids []string
-	for _, tn := range r.Tenants(Admin) {
+	for _, tn := range r.Tenants(tenant.Admin) {
 		ids = append(ids, tn.ID)
 	}
 	if want := []string{"acme", "mid", "zeta"}; !reflect.DeepEqual(ids, want) {
 		t.Errorf("admin Tenants = %v, want %v", ids, want)
 	}
-	acme := Principal{Tenant: "acme", Scope: api.ScopeRead}
+	acme := tenant.Principal{Tenant: "acme", Scope: api.ScopeRead}
 	if got := r.Tenants(acme); len(got) != 1 || got[0].ID != "acme" {
 		t.Errorf("acme Tenants = %+v", got)
 	}
-	if got := r.Tenants(Principal{Tenant: "ghost", Scope: api.ScopeFull}); got == nil || len(got) != 0 {
+	if got := r.Tenants(tenant.Principal{Tenant: "ghost", Scope: api.ScopeFull}); got == nil || len(got) != 0 {
 		t.Errorf("Tenants of an unknown tenant = %#v, want empty non-nil", got)
 	}
 
@@ -136,11 +137,11 @@ func TestTenantsVisibility(t *testing.T) {
 	if !errdefs.IsNotFound(errOther) || !errdefs.IsNotFound(errAdmin) {
 		t.Errorf("Tenant(other) = %v, Tenant(admin) = %v; want ErrNotFound", errOther, errAdmin)
 	}
-	_, errGhost := r.Tenant(Admin, "zeta-ghost")
+	_, errGhost := r.Tenant(tenant.Admin, "zeta-ghost")
 	if !errdefs.IsNotFound(errGhost) {
 		t.Errorf("Tenant(unknown) = %v", errGhost)
 	}
-	if got, err := r.Tenant(Admin, api.AdminTenant); err != nil || got.ID != api.AdminTenant || got.Quotas != (api.Quotas{}) {
+	if got, err := r.Tenant(tenant.Admin, api.AdminTenant); err != nil || got.ID != api.AdminTenant || got.Quotas != (api.Quotas{}) {
 		t.Errorf("Tenant(admin) = %+v, %v", got, err)
 	}
 	if !r.Exists(api.AdminTenant) || !r.Exists("acme") || r.Exists("ghost") {
@@ -156,7 +157,7 @@ func TestUpdateTenant(t *testing.T) {
 	if err != nil || got.Quotas != q {
 		t.Fatalf("UpdateTenant = %+v, %v", got, err)
 	}
-	if tn, _ := r.Tenant(Admin, "acme"); tn.Quotas != q {
+	if tn, _ := r.Tenant(tenant.Admin, "acme"); tn.Quotas != q {
 		t.Errorf("after update: %+v", tn)
 	}
 	if _, err := r.UpdateTenant(t.Context(), "acme", api.Quotas{CPUSeconds: -1}); !errdefs.IsInvalidArgument(err) {
@@ -178,12 +179,12 @@ func TestPersistence(t *testing.T) {
 	q := api.Quotas{MaxSandboxes: 2, CPUSeconds: 1.5, PeriodSeconds: 60, DiskBytes: 1 << 20}
 	acme := mustCreateTenant(t, r, "acme", q)
 	mustCreateTenant(t, r, "beta", api.Quotas{})
-	live := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme", Scope: api.ScopeRead, Name: "ci"})
-	dead := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
-	if err := r.RevokeKey(t.Context(), Admin, dead.ID); err != nil {
+	live := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme", Scope: api.ScopeRead, Name: "ci"})
+	dead := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
+	if err := r.RevokeKey(t.Context(), tenant.Admin, dead.ID); err != nil {
 		t.Fatal(err)
 	}
-	wantKeys := r.Keys(Admin)
+	wantKeys := r.Keys(tenant.Admin)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -197,14 +198,14 @@ func TestPersistence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r2.Tenants(Admin); len(got) != 2 || !reflect.DeepEqual(got[0], acme) || got[1].ID != "beta" {
+	if got := r2.Tenants(tenant.Admin); len(got) != 2 || !reflect.DeepEqual(got[0], acme) || got[1].ID != "beta" {
 		t.Errorf("reopened tenants = %+v, want acme %+v and beta", got, acme)
 	}
-	if got := r2.Keys(Admin); !keysEqual(got, wantKeys) {
+	if got := r2.Keys(tenant.Admin); !keysEqual(got, wantKeys) {
 		t.Errorf("reopened keys = %+v, want %+v", got, wantKeys)
 	}
 	p, err := r2.Authenticate(live.Key)
-	if err != nil || p != (Principal{Tenant: "acme", Scope: api.ScopeRead, KeyID: live.ID}) {
+	if err != nil || p != (tenant.Principal{Tenant: "acme", Scope: api.ScopeRead, KeyID: live.ID}) {
 		t.Errorf("Authenticate after reopen = %+v, %v", p, err)
 	}
 	if _, err := r2.Authenticate(dead.Key); !errors.Is(err, errdefs.ErrUnauthenticated) {
@@ -242,9 +243,9 @@ func TestDeleteTenant(t *testing.T) {
 	r, st := newRegistry(t)
 	mustCreateTenant(t, r, "acme", api.Quotas{})
 	mustCreateTenant(t, r, "beta", api.Quotas{})
-	k1 := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
-	k2 := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme", Scope: api.ScopeRead})
-	kb := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
+	k1 := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+	k2 := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme", Scope: api.ScopeRead})
+	kb := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
 	p1, _ := r.Authenticate(k1.Key)
 	pb, _ := r.Authenticate(kb.Key)
 	ctx1, done1 := r.Track(t.Context(), p1)
@@ -258,7 +259,7 @@ func TestDeleteTenant(t *testing.T) {
 	if r.Exists("acme") {
 		t.Error("deleted tenant exists")
 	}
-	if _, err := r.Tenant(Admin, "acme"); !errdefs.IsNotFound(err) {
+	if _, err := r.Tenant(tenant.Admin, "acme"); !errdefs.IsNotFound(err) {
 		t.Errorf("Tenant(deleted) = %v", err)
 	}
 	for _, k := range []api.CreatedAPIKey{k1, k2} {
@@ -298,7 +299,7 @@ func TestDeleteTenant(t *testing.T) {
 	}
 	// No key can be created for it any more; the id may be reused, and the
 	// old keys stay dead.
-	if _, err := r.CreateKey(t.Context(), Admin, api.CreateAPIKeyRequest{Tenant: "acme"}); !errdefs.IsNotFound(err) {
+	if _, err := r.CreateKey(t.Context(), tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"}); !errdefs.IsNotFound(err) {
 		t.Errorf("CreateKey for deleted tenant = %v", err)
 	}
 	mustCreateTenant(t, r, "acme", api.Quotas{})
@@ -314,7 +315,7 @@ func TestDeleteTenantRacesCreateKey(t *testing.T) {
 	for i := range 10 {
 		id := fmt.Sprintf("t%d", i)
 		mustCreateTenant(t, r, id, api.Quotas{})
-		mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: id})
+		mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: id})
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for range 4 {
@@ -325,7 +326,7 @@ func TestDeleteTenantRacesCreateKey(t *testing.T) {
 						return
 					default:
 					}
-					if _, err := r.CreateKey(t.Context(), Admin, api.CreateAPIKeyRequest{Tenant: id}); err != nil {
+					if _, err := r.CreateKey(t.Context(), tenant.Admin, api.CreateAPIKeyRequest{Tenant: id}); err != nil {
 						if !errdefs.IsNotFound(err) {
 							t.Errorf("CreateKey: %v", err)
 						}
@@ -339,7 +340,7 @@ func TestDeleteTenantRacesCreateKey(t *testing.T) {
 		}
 		close(stop)
 		wg.Wait()
-		for _, k := range r.Keys(Admin) {
+		for _, k := range r.Keys(tenant.Admin) {
 			if k.Tenant == id && k.RevokedAt == nil {
 				t.Fatalf("key %s of deleted tenant %s is still valid", k.ID, id)
 			}
@@ -422,7 +423,7 @@ func TestStoreFailures(t *testing.T) {
 	}
 	ctx := t.Context()
 	mustCreateTenant(t, r, "acme", api.Quotas{MaxSandboxes: 1})
-	k := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+	k := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
 	p, _ := r.Authenticate(k.Key)
 	tracked, done := r.Track(ctx, p)
 	defer done()
@@ -434,17 +435,17 @@ func TestStoreFailures(t *testing.T) {
 	if _, err := r.UpdateTenant(ctx, "acme", api.Quotas{MaxSandboxes: 9}); !errors.Is(err, errDisk) {
 		t.Errorf("UpdateTenant on failing store = %v", err)
 	}
-	if tn, _ := r.Tenant(Admin, "acme"); tn.Quotas.MaxSandboxes != 1 {
+	if tn, _ := r.Tenant(tenant.Admin, "acme"); tn.Quotas.MaxSandboxes != 1 {
 		t.Errorf("failed update changed quotas: %+v", tn.Quotas)
 	}
 	st.set("PutTenant", false)
 
 	st.set("PutAPIKey", true)
-	before := len(r.Keys(Admin))
-	if _, err := r.CreateKey(ctx, Admin, api.CreateAPIKeyRequest{Tenant: "acme"}); !errors.Is(err, errDisk) || len(r.Keys(Admin)) != before {
+	before := len(r.Keys(tenant.Admin))
+	if _, err := r.CreateKey(ctx, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"}); !errors.Is(err, errDisk) || len(r.Keys(tenant.Admin)) != before {
 		t.Errorf("CreateKey on failing store = %v", err)
 	}
-	if err := r.RevokeKey(ctx, Admin, k.ID); !errors.Is(err, errDisk) {
+	if err := r.RevokeKey(ctx, tenant.Admin, k.ID); !errors.Is(err, errDisk) {
 		t.Errorf("RevokeKey on failing store = %v", err)
 	}
 	if err := r.DeleteTenant(ctx, "acme"); !errors.Is(err, errDisk) {
@@ -478,8 +479,8 @@ func TestRevokeTenantKeys(t *testing.T) {
 	r, _ := newRegistry(t)
 	mustCreateTenant(t, r, "acme", api.Quotas{})
 	mustCreateTenant(t, r, "beta", api.Quotas{})
-	ka := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
-	kb := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
+	ka := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+	kb := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
 	pa, _ := r.Authenticate(ka.Key)
 	ctx, done := r.Track(t.Context(), pa)
 	defer done()

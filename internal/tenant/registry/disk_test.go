@@ -1,4 +1,4 @@
-package tenant
+package registry
 
 import (
 	"context"

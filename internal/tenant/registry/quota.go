@@ -1,4 +1,4 @@
-package tenant
+package registry
 
 import (
 	"context"
@@ -113,7 +113,7 @@ func exhausted(tenant, what string, after time.Duration) error {
 // (errdefs.RetryAfter).
 func (r *Registry) AdmitSandboxes(ctx context.Context, tenant string, n int, disk int64) (diskEach int64, release func(), err error) {
 	noop := func() {}
-	if Owner(tenant) == api.AdminTenant || n <= 0 {
+	if ownedByAdmin(tenant) || n <= 0 {
 		return disk, noop, nil
 	}
 	if err := r.AdmitRun(ctx, tenant); err != nil {
@@ -180,7 +180,7 @@ func (r *Registry) AdmitSandboxes(ctx context.Context, tenant string, n int, dis
 // AdmitRun checks tenant's CPU quota for the current period; over it, it
 // fails with ErrResourceExhausted and a retry hint of the period's end.
 func (r *Registry) AdmitRun(ctx context.Context, tenant string) error {
-	if Owner(tenant) == api.AdminTenant {
+	if ownedByAdmin(tenant) {
 		return nil
 	}
 	r.mu.Lock()
@@ -238,7 +238,7 @@ func (r *Registry) Usage(ctx context.Context, t api.Tenant) (api.TenantQuotaUsag
 	if m.Holdings != nil {
 		u.Sandboxes, u.DiskBytes = m.Holdings(t.ID)
 	}
-	if m.Layers != nil && Owner(t.ID) != api.AdminTenant {
+	if m.Layers != nil && !ownedByAdmin(t.ID) {
 		lb, err := r.layerBytes(ctx, t.ID, "")
 		if err != nil {
 			return api.TenantQuotaUsage{}, err

@@ -1,11 +1,9 @@
-package tenant
+package registry
 
 import (
 	"context"
 	"fmt"
 	"sync"
-
-	"github.com/agentbox/agentbox/api"
 )
 
 // The disk quota. A tenant's disk in use is the sum of the disk limits of
@@ -92,7 +90,7 @@ func (r *Registry) layerBytes(ctx context.Context, tenant, extra string) (int64,
 // always admitted.
 func (r *Registry) AdmitLayer(ctx context.Context, tenant, layer string) (release func(), err error) {
 	noop := func() {}
-	if Owner(tenant) == api.AdminTenant {
+	if ownedByAdmin(tenant) {
 		return noop, nil
 	}
 	unlock := r.lockDisk(tenant)

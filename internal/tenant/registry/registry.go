@@ -1,4 +1,8 @@
-package tenant
+// Package registry holds the tenants and their API keys (Registry: random
+// keys stored hashed, scoped, revocable with live requests ended) and
+// admits work against per-tenant quotas (quota.go, disk.go). The caller's
+// identity (tenant.Principal) is package tenant's.
+package registry
 
 import (
 	"context"
@@ -15,7 +19,8 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/tenantstore"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Key format: "abx_<id>_<secret>", id 16 characters of [a-z0-9] (public,
@@ -36,14 +41,14 @@ const (
 //
 // All methods are safe for concurrent use.
 type Registry struct {
-	st  tenantstore.TenantStore
+	st  store.TenantStore
 	log *slog.Logger
 	now func() time.Time
 
 	// mu guards the fields below.
 	mu      sync.Mutex
 	tenants map[string]api.Tenant
-	keys    map[string]tenantstore.APIKeyRecord // by key id
+	keys    map[string]store.APIKeyRecord // by key id
 	live    map[string]map[*liveReq]struct{}
 	quota   quotaState
 }
@@ -52,11 +57,11 @@ type Registry struct {
 type liveReq struct{ cancel context.CancelCauseFunc }
 
 // Open loads the registry from st.
-func Open(ctx context.Context, st tenantstore.TenantStore, log *slog.Logger) (*Registry, error) {
+func Open(ctx context.Context, st store.TenantStore, log *slog.Logger) (*Registry, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Registry{st: st, log: log, now: time.Now, tenants: map[string]api.Tenant{}, keys: map[string]tenantstore.APIKeyRecord{}, live: map[string]map[*liveReq]struct{}{}}
+	r := &Registry{st: st, log: log, now: time.Now, tenants: map[string]api.Tenant{}, keys: map[string]store.APIKeyRecord{}, live: map[string]map[*liveReq]struct{}{}}
 	ts, err := st.ListTenants(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("loading tenants: %w", err)
@@ -81,7 +86,7 @@ func notFound(id string) error { return fmt.Errorf("tenant %s: %w", id, errdefs.
 
 // CreateTenant creates a tenant. The id must be new and not "admin".
 func (r *Registry) CreateTenant(ctx context.Context, req api.CreateTenantRequest) (api.Tenant, error) {
-	if err := ValidID(req.ID); err != nil {
+	if err := tenant.ValidID(req.ID); err != nil {
 		return api.Tenant{}, err
 	}
 	if req.ID == api.AdminTenant {
@@ -113,7 +118,7 @@ func validQuotas(q api.Quotas) error {
 
 // Tenants lists the tenants p may see, ordered by id: all of them for the
 // admin, its own for anyone else.
-func (r *Registry) Tenants(p Principal) []api.Tenant {
+func (r *Registry) Tenants(p tenant.Principal) []api.Tenant {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := []api.Tenant{}
@@ -128,7 +133,7 @@ func (r *Registry) Tenants(p Principal) []api.Tenant {
 
 // Tenant returns tenant id if p may see it. The admin tenant exists
 // implicitly, without quotas.
-func (r *Registry) Tenant(p Principal, id string) (api.Tenant, error) {
+func (r *Registry) Tenant(p tenant.Principal, id string) (api.Tenant, error) {
 	if !p.Sees(id) {
 		return api.Tenant{}, notFound(id)
 	}
@@ -252,7 +257,7 @@ func (r *Registry) revokeTenantKeysLocked(ctx context.Context, id string, reqs *
 // CreateKey creates an API key for req.Tenant (default: p's own tenant;
 // only the admin may name another) and returns it. This is the only time
 // the key is available: the registry keeps its hash.
-func (r *Registry) CreateKey(ctx context.Context, p Principal, req api.CreateAPIKeyRequest) (api.CreatedAPIKey, error) {
+func (r *Registry) CreateKey(ctx context.Context, p tenant.Principal, req api.CreateAPIKeyRequest) (api.CreatedAPIKey, error) {
 	if req.Tenant == "" {
 		req.Tenant = p.Tenant
 	}
@@ -278,7 +283,7 @@ func (r *Registry) CreateKey(ctx context.Context, p Principal, req api.CreateAPI
 	_, _ = rand.Read(secret) // crypto/rand.Read never fails on Linux
 	key := keyPrefix + id + "_" + hex.EncodeToString(secret)
 	sum := sha256.Sum256([]byte(key))
-	rec := tenantstore.APIKeyRecord{
+	rec := store.APIKeyRecord{
 		Key:  api.APIKey{ID: id, Tenant: req.Tenant, Scope: req.Scope, Name: req.Name, CreatedAt: r.now().UTC().Truncate(time.Second)},
 		Hash: hex.EncodeToString(sum[:]),
 	}
@@ -309,7 +314,7 @@ func newKeyID() string {
 
 // Keys lists the keys p may see (its tenant's; every key for the admin),
 // revoked ones included, oldest first.
-func (r *Registry) Keys(p Principal) []api.APIKey {
+func (r *Registry) Keys(p tenant.Principal) []api.APIKey {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := []api.APIKey{}
@@ -334,7 +339,7 @@ var ErrKeyRevoked = fmt.Errorf("API key revoked: %w", errdefs.ErrUnauthenticated
 // RevokeKey revokes key id (one p may see) and cancels, with cause
 // ErrKeyRevoked, the context of every request in flight with it: open exec
 // and attach streams end at once. Revoking a revoked key is no error.
-func (r *Registry) RevokeKey(ctx context.Context, p Principal, id string) error {
+func (r *Registry) RevokeKey(ctx context.Context, p tenant.Principal, id string) error {
 	r.mu.Lock()
 	rec, ok := r.keys[id]
 	if !ok || !p.Sees(rec.Key.Tenant) {
@@ -378,11 +383,11 @@ func (r *Registry) revokeLocked(ctx context.Context, id string) (map[*liveReq]st
 // Authenticate returns the principal of an API key. Unknown, malformed and
 // revoked keys are all ErrUnauthenticated with the same message; the hash
 // comparison takes constant time.
-func (r *Registry) Authenticate(key string) (Principal, error) {
+func (r *Registry) Authenticate(key string) (tenant.Principal, error) {
 	bad := fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
 	rest, ok := strings.CutPrefix(key, keyPrefix)
 	if !ok || len(rest) <= keyIDLen || rest[keyIDLen] != '_' {
-		return Principal{}, bad
+		return tenant.Principal{}, bad
 	}
 	id := rest[:keyIDLen]
 	sum := sha256.Sum256([]byte(key))
@@ -390,13 +395,13 @@ func (r *Registry) Authenticate(key string) (Principal, error) {
 	rec, ok := r.keys[id]
 	r.mu.Unlock()
 	if !ok {
-		return Principal{}, bad
+		return tenant.Principal{}, bad
 	}
 	want, err := hex.DecodeString(rec.Hash)
 	if err != nil || subtle.ConstantTimeCompare(want, sum[:]) != 1 || rec.Key.RevokedAt != nil {
-		return Principal{}, bad
+		return tenant.Principal{}, bad
 	}
-	return Principal{Tenant: rec.Key.Tenant, Scope: rec.Key.Scope, KeyID: id}, nil
+	return tenant.Principal{Tenant: rec.Key.Tenant, Scope: rec.Key.Scope, KeyID: id}, nil
 }
 
 // Track ties a request made by p to its key: the returned context is
@@ -404,7 +409,7 @@ func (r *Registry) Authenticate(key string) (Principal, error) {
 // called when the request ends. A principal without a key is not tracked.
 // If the key was revoked between Authenticate and Track, the context is
 // cancelled already.
-func (r *Registry) Track(ctx context.Context, p Principal) (_ context.Context, done func()) {
+func (r *Registry) Track(ctx context.Context, p tenant.Principal) (_ context.Context, done func()) {
 	if p.KeyID == "" {
 		return ctx, func() {}
 	}
@@ -436,3 +441,7 @@ func (r *Registry) Track(ctx context.Context, p Principal) (_ context.Context, d
 		cancel(context.Canceled)
 	}
 }
+
+// ownedByAdmin reports whether objects of tenant id (as stored: "" is
+// the admin) belong to the admin tenant, which no quota limits.
+func ownedByAdmin(id string) bool { return tenant.Owner(id) == api.AdminTenant }

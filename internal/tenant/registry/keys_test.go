@@ -1,4 +1,4 @@
-package tenant
+package registry
 
 // Tests of API keys: format and hashing, authentication, creation rules,
 // listing, revocation and the tracking of live requests.
@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 var keyRE = regexp.MustCompile(`^abx_([a-z0-9]{16})_([0-9a-f]{64})$`)
@@ -27,7 +28,7 @@ func TestCreateKeyFormatAndHashOnly(t *testing.T) {
 	mustCreateTenant(t, r, "acme", api.Quotas{})
 	seen := map[string]bool{}
 	for i := range 20 {
-		k := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme", Name: fmt.Sprintf("k%d", i)})
+		k := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme", Name: fmt.Sprintf("k%d", i)})
 		m := keyRE.FindStringSubmatch(k.Key)
 		if m == nil {
 			t.Fatalf("key %q does not match %v", k.Key, keyRE)
@@ -41,7 +42,7 @@ func TestCreateKeyFormatAndHashOnly(t *testing.T) {
 		seen[k.ID], seen[m[2]] = true, true
 	}
 
-	k := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme", Name: "deploy"})
+	k := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme", Name: "deploy"})
 	if k.Tenant != "acme" || k.Scope != api.ScopeFull || k.Name != "deploy" || k.RevokedAt != nil || k.CreatedAt.IsZero() {
 		t.Errorf("created key %+v", k.APIKey)
 	}
@@ -86,21 +87,21 @@ func TestCreateKeyFormatAndHashOnly(t *testing.T) {
 func TestAuthenticate(t *testing.T) {
 	r, _ := newRegistry(t)
 	mustCreateTenant(t, r, "acme", api.Quotas{})
-	full := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
-	read := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme", Scope: api.ScopeRead})
-	adminKey := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{})
-	revoked := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
-	if err := r.RevokeKey(t.Context(), Admin, revoked.ID); err != nil {
+	full := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+	read := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme", Scope: api.ScopeRead})
+	adminKey := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{})
+	revoked := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+	if err := r.RevokeKey(t.Context(), tenant.Admin, revoked.ID); err != nil {
 		t.Fatal(err)
 	}
 
 	for _, tc := range []struct {
 		key  string
-		want Principal
+		want tenant.Principal
 	}{
-		{full.Key, Principal{Tenant: "acme", Scope: api.ScopeFull, KeyID: full.ID}},
-		{read.Key, Principal{Tenant: "acme", Scope: api.ScopeRead, KeyID: read.ID}},
-		{adminKey.Key, Principal{Tenant: api.AdminTenant, Scope: api.ScopeFull, KeyID: adminKey.ID}},
+		{full.Key, tenant.Principal{Tenant: "acme", Scope: api.ScopeFull, KeyID: full.ID}},
+		{read.Key, tenant.Principal{Tenant: "acme", Scope: api.ScopeRead, KeyID: read.ID}},
+		{adminKey.Key, tenant.Principal{Tenant: api.AdminTenant, Scope: api.ScopeFull, KeyID: adminKey.ID}},
 	} {
 		p, err := r.Authenticate(tc.key)
 		if err != nil || p != tc.want {
@@ -144,7 +145,7 @@ func TestAuthenticate(t *testing.T) {
 			t.Errorf("%s: Authenticate(%q) = %+v, %v; want ErrUnauthenticated", name, key, p, err)
 			continue
 		}
-		if p != (Principal{}) {
+		if p != (tenant.Principal{}) {
 			t.Errorf("%s: failed Authenticate returned principal %+v", name, p)
 		}
 		if msg == "" {
@@ -162,8 +163,8 @@ func TestCreateKeyRequests(t *testing.T) {
 	r, _ := newRegistry(t)
 	mustCreateTenant(t, r, "acme", api.Quotas{})
 	mustCreateTenant(t, r, "beta", api.Quotas{})
-	acme := Principal{Tenant: "acme", Scope: api.ScopeFull, KeyID: "x"}
-	acmeRead := Principal{Tenant: "acme", Scope: api.ScopeRead, KeyID: "y"}
+	acme := tenant.Principal{Tenant: "acme", Scope: api.ScopeFull, KeyID: "x"}
+	acmeRead := tenant.Principal{Tenant: "acme", Scope: api.ScopeRead, KeyID: "y"}
 
 	// Tenant defaults to the caller's own, scope to full.
 	k := mustCreateKey(t, r, acme, api.CreateAPIKeyRequest{})
@@ -174,13 +175,13 @@ func TestCreateKeyRequests(t *testing.T) {
 	if k.Scope != api.ScopeRead {
 		t.Errorf("read key = %+v", k.APIKey)
 	}
-	if k := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "beta"}); k.Tenant != "beta" {
+	if k := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "beta"}); k.Tenant != "beta" {
 		t.Errorf("admin-made key = %+v", k.APIKey)
 	}
 
 	for _, tc := range []struct {
 		name string
-		p    Principal
+		p    tenant.Principal
 		req  api.CreateAPIKeyRequest
 		want error
 	}{
@@ -191,14 +192,14 @@ func TestCreateKeyRequests(t *testing.T) {
 		{"del in name", acme, api.CreateAPIKeyRequest{Name: "a\x7fb"}, errdefs.ErrInvalidArgument},
 		{"other tenant", acme, api.CreateAPIKeyRequest{Tenant: "beta"}, errdefs.ErrNotFound},
 		{"admin tenant", acme, api.CreateAPIKeyRequest{Tenant: api.AdminTenant}, errdefs.ErrNotFound},
-		{"unknown tenant by admin", Admin, api.CreateAPIKeyRequest{Tenant: "ghost"}, errdefs.ErrNotFound},
+		{"unknown tenant by admin", tenant.Admin, api.CreateAPIKeyRequest{Tenant: "ghost"}, errdefs.ErrNotFound},
 		{"read scope own", acmeRead, api.CreateAPIKeyRequest{}, errdefs.ErrPermissionDenied},
 		{"read scope read key", acmeRead, api.CreateAPIKeyRequest{Scope: api.ScopeRead}, errdefs.ErrPermissionDenied},
 		// Another tenant stays invisible to a read key too.
 		{"read scope other", acmeRead, api.CreateAPIKeyRequest{Tenant: "beta"}, errdefs.ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := len(r.Keys(Admin))
+			before := len(r.Keys(tenant.Admin))
 			got, err := r.CreateKey(t.Context(), tc.p, tc.req)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("CreateKey = %+v, %v; want %v", got, err, tc.want)
@@ -206,7 +207,7 @@ func TestCreateKeyRequests(t *testing.T) {
 			if got.Key != "" || got.ID != "" {
 				t.Errorf("refused CreateKey returned %+v", got)
 			}
-			if after := len(r.Keys(Admin)); after != before {
+			if after := len(r.Keys(tenant.Admin)); after != before {
 				t.Errorf("refused CreateKey stored a key (%d -> %d)", before, after)
 			}
 		})
@@ -221,7 +222,7 @@ func TestCreateKeyRequests(t *testing.T) {
 func TestCreateKeyOtherTenantLooksUnknown(t *testing.T) {
 	r, _ := newRegistry(t)
 	mustCreateTenant(t, r, "acme", api.Quotas{})
-	acme := Principal{Tenant: "acme", Scope: api.ScopeFull}
+	acme := tenant.Principal{Tenant: "acme", Scope: api.ScopeFull}
 	_, errMissing := r.CreateKey(t.Context(), acme, api.CreateAPIKeyRequest{Tenant: "beta"})
 	mustCreateTenant(t, r, "beta", api.Quotas{})
 	_, errOther := r.CreateKey(t.Context(), acme, api.CreateAPIKeyRequest{Tenant: "beta"})
@@ -242,16 +243,16 @@ func TestKeysFiltering(t *testing.T) {
 	var acmeIDs []string
 	for i := range 3 {
 		now = now.Add(time.Second)
-		acmeIDs = append(acmeIDs, mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme", Name: fmt.Sprint(i)}).ID)
+		acmeIDs = append(acmeIDs, mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme", Name: fmt.Sprint(i)}).ID)
 		now = now.Add(time.Second)
-		mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
+		mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
 	}
-	mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{}) // an admin key, same second
-	if err := r.RevokeKey(t.Context(), Admin, acmeIDs[1]); err != nil {
+	mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{}) // an admin key, same second
+	if err := r.RevokeKey(t.Context(), tenant.Admin, acmeIDs[1]); err != nil {
 		t.Fatal(err)
 	}
 
-	all := r.Keys(Admin)
+	all := r.Keys(tenant.Admin)
 	if len(all) != 7 {
 		t.Fatalf("admin sees %d keys, want 7", len(all))
 	}
@@ -261,7 +262,7 @@ func TestKeysFiltering(t *testing.T) {
 			t.Errorf("keys out of order at %d: %+v then %+v", i, a, b)
 		}
 	}
-	acme := r.Keys(Principal{Tenant: "acme", Scope: api.ScopeRead})
+	acme := r.Keys(tenant.Principal{Tenant: "acme", Scope: api.ScopeRead})
 	var got []string
 	for _, k := range acme {
 		if k.Tenant != "acme" {
@@ -275,7 +276,7 @@ func TestKeysFiltering(t *testing.T) {
 	if acme[1].RevokedAt == nil || !acme[1].RevokedAt.Equal(now) {
 		t.Errorf("revoked key shows RevokedAt %v, want %v", acme[1].RevokedAt, now)
 	}
-	if got := r.Keys(Principal{Tenant: "ghost", Scope: api.ScopeFull}); got == nil || len(got) != 0 {
+	if got := r.Keys(tenant.Principal{Tenant: "ghost", Scope: api.ScopeFull}); got == nil || len(got) != 0 {
 		t.Errorf("unknown tenant sees %#v, want empty non-nil", got)
 	}
 }
@@ -284,10 +285,10 @@ func TestRevokeKey(t *testing.T) {
 	r, _ := newRegistry(t)
 	mustCreateTenant(t, r, "acme", api.Quotas{})
 	mustCreateTenant(t, r, "beta", api.Quotas{})
-	ka := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
-	kb := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
-	acme := Principal{Tenant: "acme", Scope: api.ScopeFull, KeyID: ka.ID}
-	acmeRead := Principal{Tenant: "acme", Scope: api.ScopeRead}
+	ka := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+	kb := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "beta"})
+	acme := tenant.Principal{Tenant: "acme", Scope: api.ScopeFull, KeyID: ka.ID}
+	acmeRead := tenant.Principal{Tenant: "acme", Scope: api.ScopeRead}
 
 	// Another tenant's key reads like an unknown one and stays valid.
 	errOther := r.RevokeKey(t.Context(), acme, kb.ID)
@@ -322,7 +323,7 @@ func TestRevokeKey(t *testing.T) {
 		t.Fatal("RevokedAt not set")
 	}
 	r.now = func() time.Time { return time.Now().Add(time.Hour) }
-	if err := r.RevokeKey(t.Context(), Admin, ka.ID); err != nil {
+	if err := r.RevokeKey(t.Context(), tenant.Admin, ka.ID); err != nil {
 		t.Errorf("second RevokeKey: %v", err)
 	}
 	if again := r.Keys(acme)[0].RevokedAt; !again.Equal(*first) {
@@ -336,8 +337,8 @@ func TestRevokeKey(t *testing.T) {
 func TestTrackRevokeCancelsOnlyThatKey(t *testing.T) {
 	r, _ := newRegistry(t)
 	mustCreateTenant(t, r, "acme", api.Quotas{})
-	k1 := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
-	k2 := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+	k1 := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+	k2 := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
 	p1, err := r.Authenticate(k1.Key)
 	if err != nil {
 		t.Fatal(err)
@@ -357,7 +358,7 @@ func TestTrackRevokeCancelsOnlyThatKey(t *testing.T) {
 	ctx2, done2 := r.Track(t.Context(), p2)
 	defer done2()
 	// The admin without key, and the unix socket, are not tracked.
-	ctxAdmin, doneAdmin := r.Track(t.Context(), Admin)
+	ctxAdmin, doneAdmin := r.Track(t.Context(), tenant.Admin)
 	defer doneAdmin()
 	if ctxAdmin != t.Context() {
 		t.Error("Track of a key-less principal wrapped the context")
@@ -374,7 +375,7 @@ func TestTrackRevokeCancelsOnlyThatKey(t *testing.T) {
 		}
 	}
 
-	if err := r.RevokeKey(t.Context(), Admin, k1.ID); err != nil {
+	if err := r.RevokeKey(t.Context(), tenant.Admin, k1.ID); err != nil {
 		t.Fatal(err)
 	}
 	for i, ctx := range ctxs1 {
@@ -412,7 +413,7 @@ func TestTrackRevokeCancelsOnlyThatKey(t *testing.T) {
 		t.Errorf("Track after revoke: err %v, cause %v", late.Err(), context.Cause(late))
 	}
 	// So does Track for a key the registry does not know.
-	ghost, doneGhost := r.Track(t.Context(), Principal{Tenant: "acme", Scope: api.ScopeFull, KeyID: "nope"})
+	ghost, doneGhost := r.Track(t.Context(), tenant.Principal{Tenant: "acme", Scope: api.ScopeFull, KeyID: "nope"})
 	defer doneGhost()
 	if !errors.Is(context.Cause(ghost), ErrKeyRevoked) {
 		t.Errorf("Track of unknown key: cause %v", context.Cause(ghost))
@@ -429,7 +430,7 @@ func TestTrackRevokeCancelsOnlyThatKey(t *testing.T) {
 func TestTrackDoneRemovesTracking(t *testing.T) {
 	r, _ := newRegistry(t)
 	mustCreateTenant(t, r, "acme", api.Quotas{})
-	k := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+	k := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
 	p, _ := r.Authenticate(k.Key)
 
 	ctxA, doneA := r.Track(t.Context(), p)
@@ -489,7 +490,7 @@ func TestTrackRevokeRace(t *testing.T) {
 	r, _ := newRegistry(t)
 	mustCreateTenant(t, r, "acme", api.Quotas{})
 	for range 20 {
-		k := mustCreateKey(t, r, Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
+		k := mustCreateKey(t, r, tenant.Admin, api.CreateAPIKeyRequest{Tenant: "acme"})
 		p, err := r.Authenticate(k.Key)
 		if err != nil {
 			t.Fatal(err)
@@ -503,7 +504,7 @@ func TestTrackRevokeRace(t *testing.T) {
 				ctxs <- ctx
 			})
 		}
-		if err := r.RevokeKey(t.Context(), Admin, k.ID); err != nil {
+		if err := r.RevokeKey(t.Context(), tenant.Admin, k.ID); err != nil {
 			t.Fatal(err)
 		}
 		wg.Wait()
