@@ -56,7 +56,7 @@ const (
 )
 
 // Authorizer verifies a run token presented from inside sandboxID
-// (sandbox.Manager.AuthorizeRun). Failures wrap errdefs.ErrUnauthenticated.
+// (runsecrets.Secrets.AuthorizeRun). Failures wrap errdefs.ErrUnauthenticated.
 type Authorizer interface {
 	AuthorizeRun(ctx context.Context, sandboxID, token string) (secrets.RunClaims, error)
 }
@@ -66,7 +66,7 @@ type SecretSource interface {
 	Secret(ctx context.Context, name string) ([]byte, error)
 }
 
-// EventSink records events sent from inside (sandbox.Manager.RecordEvent).
+// EventSink records events sent from inside (sandboxevents.Recorder.RecordEvent).
 type EventSink interface {
 	RecordEvent(ctx context.Context, ev api.SandboxEvent) error
 }
@@ -181,7 +181,7 @@ func ValidConnector(c Connector) error {
 }
 
 // ServeConn serves one connection made inside sandboxID to the bridge port;
-// it has the shape of sandbox.TunnelHandler. The connection is closed when
+// it has the shape of tunnel.Handler. The connection is closed when
 // ctx ends (the tunnel is gone) or the client is done.
 func (b *Bridge) ServeConn(ctx context.Context, sandboxID string, conn net.Conn) {
 	tc := &tunnelConn{Conn: conn, sandboxID: sandboxID, done: make(chan struct{})}

@@ -24,12 +24,16 @@ import (
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/ratelimit"
 	"github.com/agentbox/agentbox/internal/runner"
+	"github.com/agentbox/agentbox/internal/runsecrets"
 	"github.com/agentbox/agentbox/internal/runtime/native"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandboxevents"
+	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant/registry"
+	"github.com/agentbox/agentbox/internal/tunnel"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -58,6 +62,8 @@ type Daemon struct {
 	tenants *tenantAPI
 	// gc runs layer collections after deletes (storage.go).
 	gc *collector
+	// svc is what both API listeners serve.
+	svc service
 	// runLock is held for the daemon's life (lockRunDir).
 	runLock *os.File
 
@@ -172,6 +178,24 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
+	// The features attached to the sandbox core are built first and
+	// handed to it at construction (sandbox.Config.Extensions).
+	sec, secStore, err := openSecrets(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	events := sandboxevents.New(sandboxevents.Config{Redactor: sec.Redactor, Logger: log})
+	tun := tunnel.New(log)
+	stopBridge, err := startBridge(cfg, tun, sec, events, log)
+	if err != nil {
+		return nil, err
+	}
+	undo.Add(stopBridge)
+	edge, err := setupEgress(cfg, sec.ActiveRun, runsecrets.TenantSecrets{Store: secStore}, log)
+	if err != nil {
+		return nil, err
+	}
+	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir:         cfg.DataDir,
 		RunDir:          filepath.Dir(cfg.SocketPath),
@@ -195,31 +219,26 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Version:       version.Version,
 		Logger:        log,
 		Quotas:        reg,
+		// Secrets first: its stream wrapper is the outermost, so
+		// redaction sees what every other wrapper passes on; its exec
+		// environment wins over the network's. Tunnels before the
+		// network, which refreshes them.
+		Extensions: []sandbox.Extension{sec, events, tun, network},
+		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (sandbox.Templates, error) {
+			return templates.New(templates.Config{
+				DataDir: filepath.Join(cfg.DataDir, "templates"),
+				Layers:  ls,
+				IDs:     ids,
+				Runner:  runner,
+				Admit:   admit,
+				Logger:  log,
+			})
+		},
 	}, backend, nil, st)
 	if err != nil {
 		return nil, err
 	}
-	tm, err := templates.New(templates.Config{
-		DataDir: filepath.Join(cfg.DataDir, "templates"),
-		Layers:  ls,
-		IDs:     ids,
-		Runner:  mgr.StepRunner(),
-		Admit:   mgr.AdmitTemplateLayer,
-		Logger:  log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	mgr.SetTemplates(tm)
-	secStore, stopBridge, err := setupSecrets(cfg, mgr, log)
-	if err != nil {
-		return nil, err
-	}
-	undo.Add(stopBridge)
-	if err := setupEgress(cfg, mgr, sandbox.TenantSecrets{Store: secStore}, log); err != nil {
-		return nil, err
-	}
-	pipe, err := newPipeline(cfg, mgr, st, log)
+	pipe, err := newPipeline(cfg, mgr, network, st, log)
 	if err != nil {
 		return nil, err
 	}
@@ -244,12 +263,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(mgr, log)
-	handler := httpapi.New(service{mgr, pipe, tenants, gc}, httpapi.Options{
+	svc := service{mgr, sec, events, network, pipe, tenants, gc}
+	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
 	})
 	undo.Release()
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock}, nil
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock, svc: svc}, nil
 }
 
 // prespawn is p, or nil (no guests kept started) when cfg.Prespawn is 0.
@@ -279,7 +299,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			d.shutdown()
 			return err
 		}
-		tcpHandler := httpapi.New(service{d.manager, d.pipe, d.tenants, d.gc}, httpapi.Options{
+		tcpHandler := httpapi.New(d.svc, httpapi.Options{
 			Logger:       d.log,
 			Version:      version.Version,
 			APIKeys:      d.cfg.APIKeys,
@@ -346,9 +366,17 @@ func (d *Daemon) Close() error {
 // is the Manager's.
 type service struct {
 	*sandbox.Manager
+	*runsecrets.Secrets     // secrets API
+	*sandboxevents.Recorder // sandbox events API
+	*sandboxnet.Network     // network policy and egress log API
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes
 }
 
-var _ httpapi.Service = service{}
+var (
+	_ httpapi.Service        = service{}
+	_ httpapi.SecretService  = service{} // runsecrets
+	_ httpapi.EventService   = service{} // sandboxevents
+	_ httpapi.NetworkService = service{} // sandboxnet
+)

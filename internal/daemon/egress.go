@@ -14,18 +14,17 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// setupEgress builds the egress proxy and gives it to the Manager (network
-// mode "egress"). Credentials come from secrets (the encrypted store). It
-// must run before Recover.
-func setupEgress(cfg *config.Config, mgr *sandbox.Manager, secrets egress.SecretSource, log *slog.Logger) error {
-	ecfg := egress.Config{Secrets: secrets, Logger: log, RunOf: mgr.ActiveRun}
+// setupEgress builds the egress proxy of network mode "egress" (see
+// sandboxnet). Credentials come from secrets (the encrypted store); runOf
+// attributes connections to runs.
+func setupEgress(cfg *config.Config, runOf func(ctx context.Context, sandboxID string) string, secrets egress.SecretSource, log *slog.Logger) (*egress.Proxy, error) {
+	ecfg := egress.Config{Secrets: secrets, Logger: log, RunOf: runOf}
 	if cfg.EgressHostsFile != "" {
 		hosts, err := loadHosts(cfg.EgressHostsFile)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ecfg.Resolver = hosts
 	}
@@ -36,23 +35,22 @@ func setupEgress(cfg *config.Config, mgr *sandbox.Manager, secrets egress.Secret
 		}
 		b, err := os.ReadFile(cfg.EgressCAFile)
 		if err != nil {
-			return fmt.Errorf("reading egress CA file: %w", err)
+			return nil, fmt.Errorf("reading egress CA file: %w", err)
 		}
 		if !pool.AppendCertsFromPEM(b) {
-			return fmt.Errorf("egress CA file %s holds no certificate: %w", cfg.EgressCAFile, errdefs.ErrInvalidArgument)
+			return nil, fmt.Errorf("egress CA file %s holds no certificate: %w", cfg.EgressCAFile, errdefs.ErrInvalidArgument)
 		}
 		ecfg.RootCAs = pool
 	}
 	permit, err := cfg.EgressPermitRules()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ecfg.Permit = permit
 	if port, ok := cfg.TCPPort(); ok {
 		ecfg.SelfPorts = append(ecfg.SelfPorts, port)
 	}
-	mgr.SetNetworkEdge(egress.New(ecfg))
-	return nil
+	return egress.New(ecfg), nil
 }
 
 // hostsResolver resolves the names of a hosts file, then falls back to DNS.

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/pipeline"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -44,8 +45,21 @@ var (
 // sandboxes are recovered. Webhook secrets are sealed with a key derived
 // from the master secrets key (read again from its file, created by
 // setupSecrets).
-func newPipeline(cfg *config.Config, mgr *sandbox.Manager, st *store.Bolt, log *slog.Logger) (*pipelineAPI, error) {
-	p, err := pipeline.New(pipeline.Config{Sandboxes: mgr, Store: st, Logger: log, JournalPath: filepath.Join(cfg.DataDir, "runs.journal")})
+// pipelineSandboxes is what the pipeline runs on: the Manager, and the
+// network feature's egress log (pipeline.EgressLogger: runs are charged
+// their egress bytes).
+type pipelineSandboxes struct {
+	*sandbox.Manager
+	*sandboxnet.Network
+}
+
+var (
+	_ pipeline.Sandboxes    = pipelineSandboxes{}
+	_ pipeline.EgressLogger = pipelineSandboxes{}
+)
+
+func newPipeline(cfg *config.Config, mgr *sandbox.Manager, network *sandboxnet.Network, st *store.Bolt, log *slog.Logger) (*pipelineAPI, error) {
+	p, err := pipeline.New(pipeline.Config{Sandboxes: pipelineSandboxes{mgr, network}, Store: st, Logger: log, JournalPath: filepath.Join(cfg.DataDir, "runs.journal")})
 	if err != nil {
 		return nil, err
 	}

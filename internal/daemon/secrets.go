@@ -7,17 +7,17 @@ import (
 
 	"github.com/agentbox/agentbox/internal/bridge"
 	"github.com/agentbox/agentbox/internal/config"
-	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/runsecrets"
+	"github.com/agentbox/agentbox/internal/sandboxevents"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/tunnel"
 )
 
-// setupSecrets loads the master key (outside the data dir), opens the
-// encrypted secret store, gives the Manager the store and the run-token
-// minter, and registers the API bridge on its tunnel port in every sandbox.
-// It must run before Recover (tunnel routes are picked up when a sandbox's
-// tunnel opens). The returned store is also what the egress proxy reads
-// credentials from; stop closes the bridge.
-func setupSecrets(cfg *config.Config, mgr *sandbox.Manager, log *slog.Logger) (_ *secrets.Store, stop func(), err error) {
+// openSecrets loads the master key (outside the data dir), opens the
+// encrypted secret store and builds the runsecrets extension (exec
+// secrets, run tokens, redaction) on it. The returned store is also what
+// the egress proxy reads credentials from.
+func openSecrets(cfg *config.Config, log *slog.Logger) (*runsecrets.Secrets, *secrets.Store, error) {
 	key, err := secrets.LoadOrCreateKey(cfg.SecretsKeyFile)
 	if err != nil {
 		return nil, nil, err
@@ -28,16 +28,23 @@ func setupSecrets(cfg *config.Config, mgr *sandbox.Manager, log *slog.Logger) (_
 	}
 	// Every name is the tenant's own: the caller's on the API, the
 	// sandbox owner's for exec secrets, bridge connectors and egress.
-	scoped := sandbox.TenantSecrets{Store: st}
-	mgr.SetSecrets(scoped, secrets.NewTokens(key))
+	scoped := runsecrets.TenantSecrets{Store: st}
+	return runsecrets.New(runsecrets.Config{Store: scoped, Tokens: secrets.NewTokens(key), Logger: log}), st, nil
+}
+
+// startBridge registers the API bridge on its tunnel port in every
+// sandbox: run tokens are verified by sec, events go to events. It runs
+// before the Manager is built (tunnel routes are picked up when a
+// sandbox's tunnel opens); stop closes the bridge.
+func startBridge(cfg *config.Config, tun *tunnel.Tunnels, sec *runsecrets.Secrets, events *sandboxevents.Recorder, log *slog.Logger) (stop func(), err error) {
 	conns, err := bridge.LoadConnectors(cfg.ConnectorsFile)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	br, err := bridge.New(bridge.Config{Connectors: conns, Logger: log}, mgr, scoped, mgr)
+	br, err := bridge.New(bridge.Config{Connectors: conns, Logger: log}, sec, sec.Store(), events)
 	if err != nil {
-		return nil, nil, fmt.Errorf("starting the API bridge: %w", err)
+		return nil, fmt.Errorf("starting the API bridge: %w", err)
 	}
-	mgr.HandleTunnelPort(bridge.Port, br.ServeConn)
-	return st, func() { _ = br.Close() }, nil
+	tun.HandlePort(bridge.Port, br.ServeConn)
+	return func() { _ = br.Close() }, nil
 }

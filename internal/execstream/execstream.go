@@ -17,8 +17,11 @@
 //     calls Sandboxes.Exec (the sandbox Manager).
 //  4. internal/sandbox/exec.go Manager.Exec (internal/sandbox/txn.go
 //     execTransaction first, for checkpoint_before or rollback_on_failure,
-//     which calls Manager.Exec in turn) acquires the sandbox, prepares the
-//     run's environment and token, and calls the guest client.
+//     which calls Manager.Exec in turn) acquires the sandbox, runs the
+//     request through the extensions' exec wrappers (internal/sandbox/
+//     hookcall.go: runsecrets puts secrets and the run token into the
+//     environment, sandboxnet the proxy variables), merges the sandbox's
+//     environment under it and calls the guest client.
 //  5. internal/guest/client/exec.go Client.Exec sends the request over the
 //     guest connection (internal/guest/proto frames); inside the sandbox
 //     internal/guest/exec.go starts the process and streams its output.
@@ -28,7 +31,8 @@
 //
 //  1. *client.Stream (internal/guest/client/exec.go): decodes the guest's
 //     frames; the source.
-//  2. runStream (internal/sandbox/redact.go, Manager.wrapStream): redacts
+//  2. runStream (internal/runsecrets/stream.go, returned by its
+//     ExecRun.Started through the core's exec wrapper chain): redacts
 //     secret values from output and ends the run (revoking its token) when
 //     the exit passes. Only when there is something to redact or a run.
 //  3. oomStream (internal/sandbox/limits.go, Manager.watchOOM): samples the
@@ -47,7 +51,8 @@
 //
 // Attach (GET .../processes/{pid}/attach) takes the same path without the
 // pipeline and the transaction: internal/daemon/daemon.go service.Attach,
-// Manager.Attach, Client.Attach, then wrappers 2 (redaction only), 3 and 4,
+// Manager.Attach, Client.Attach, then wrappers 2 (redaction only, through
+// the core's stream wrappers: runsecrets' WrapStream), 3 and 4,
 // and pumpExec. Manager.WatchProcess, with which the pipeline follows a
 // detached run to its exit, wraps the guest's stream with 2 only.
 package execstream

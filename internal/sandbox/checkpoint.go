@@ -93,7 +93,8 @@ func (m *Manager) lockRunning(ctx context.Context, id string) (b *box, unlock fu
 // sandbox is frozen while its changes are copied and thawed on every path;
 // its processes keep running afterwards. The returned DurationMS is the
 // time it was frozen.
-func (m *Manager) CreateCheckpoint(ctx context.Context, id string, req api.CreateCheckpointRequest) (api.Checkpoint, error) {
+func (m *Manager) CreateCheckpoint(ctx context.Context, id string, req api.CreateCheckpointRequest) (_ api.Checkpoint, err error) {
+	defer func() { m.observeID(ctx, OpCheckpoint, id, req.Name, err) }()
 	if err := validateCheckpointRequest(req); err != nil {
 		return api.Checkpoint{}, fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
@@ -317,7 +318,8 @@ func (m *Manager) resolveCheckpoint(ctx context.Context, id, ref string) (store.
 // sandbox runs on its layer (restored to it or forked from it) and no other
 // checkpoint of identical content holds that layer. Its layer is
 // removed unless other checkpoints share it or are stacked on it.
-func (m *Manager) DeleteCheckpoint(ctx context.Context, cid string) error {
+func (m *Manager) DeleteCheckpoint(ctx context.Context, cid string) (err error) {
+	defer func() { m.observeID(ctx, OpDeleteCheckpoint, "", cid, err) }()
 	cs, ls, err := m.checkpoints()
 	if err != nil {
 		return err
@@ -357,7 +359,8 @@ func (m *Manager) DeleteCheckpoint(ctx context.Context, cid string) error {
 // of its checkpoints): its guest and every process are stopped, its layers
 // become the checkpoint's chain with an empty writable layer on top, and
 // the guest is started again under the same id, hostname and socket.
-func (m *Manager) Restore(ctx context.Context, id, ref string) (api.RestoreResult, error) {
+func (m *Manager) Restore(ctx context.Context, id, ref string) (_ api.RestoreResult, err error) {
+	defer func() { m.observeID(ctx, OpRestore, id, ref, err) }()
 	if ref == "" {
 		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: checkpoint is required: %w", id, errdefs.ErrInvalidArgument)
 	}
@@ -426,6 +429,7 @@ func (m *Manager) restoreLocked(ctx context.Context, b *box, ck store.Checkpoint
 	if err := m.startGuestLocked(ctx, b, paths); err != nil {
 		return fail(err)
 	}
+	m.onStart(ctx, b, StartRestore)
 	if err := m.saveLocked(ctx, b); err != nil {
 		return err
 	}

@@ -68,11 +68,9 @@ func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxReques
 	if err := validateCreate(&req); err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
-	network, err := m.normalizeNetwork(req.Network)
-	if err != nil {
+	if err := m.prepare(ctx, &req); err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
 	}
-	req.Network = network
 	if req.Template == "" {
 		req.Template = m.cfg.DefaultTemplate
 	}
@@ -154,10 +152,12 @@ func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, 
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := m.networkUp(ctx, b, true); err != nil {
+	if err := m.onCreate(ctx, b); err != nil {
 		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
+		m.observeBox(ctx, OpCreate, b, req.Template, err)
 		return api.Sandbox{}, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
+	m.observeBox(ctx, OpCreate, b, req.Template, nil)
 	m.log.InfoContext(ctx, "sandbox created", "sandbox", id, "template", req.Template)
 	return b.view(), nil
 }
@@ -247,6 +247,7 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 		_ = m.store.DeleteSandbox(context.WithoutCancel(ctx), id)
 		return nil, err
 	}
+	m.observeTransition(ctx, b)
 	return b, nil
 }
 
@@ -285,7 +286,6 @@ func (m *Manager) register(b *box) error {
 	b.mu.Unlock()
 	if rt != nil {
 		go m.watch(b, rt)
-		m.startTunnel(b)
 	}
 	return nil
 }
@@ -305,6 +305,7 @@ func (m *Manager) watch(b *box, rt runtime.Sandbox) {
 	if deleted {
 		return
 	}
+	m.onStop(context.Background(), b, api.StateStopped)
 	m.log.Warn("sandbox guest exited", "sandbox", rec.Sandbox.ID)
 	rec.UpdatedAt = time.Now().UTC()
 	if err := m.store.PutSandbox(context.Background(), rec); err != nil {
@@ -353,8 +354,6 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
 		m.log.WarnContext(ctx, "recording delete intent", "sandbox", id, "err", err)
 	}
-	m.stopTunnel(id)
-	m.networkDown(id)
 
 	var errs []error
 	if rt != nil {
@@ -380,7 +379,10 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 	m.mu.Lock()
 	delete(m.sandboxes, id)
 	m.mu.Unlock()
-	if err := errors.Join(errs...); err != nil {
+	m.onDelete(ctx, id)
+	err := errors.Join(errs...)
+	m.observeBox(ctx, OpDelete, b, cause, err)
+	if err != nil {
 		return fmt.Errorf("deleting sandbox %s: %w", id, err)
 	}
 	m.log.InfoContext(ctx, "sandbox deleted", "sandbox", id, "from", from, "cause", cause)

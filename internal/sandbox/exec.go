@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -24,18 +26,21 @@ func (m *Manager) execRequest(b *box, req api.ExecRequest) (api.ExecRequest, err
 	if req.TimeoutSeconds < 0 {
 		return req, fmt.Errorf("timeout_seconds must not be negative: %w", errdefs.ErrInvalidArgument)
 	}
+	return req, nil
+}
+
+// mergeEnv puts b's environment under req.Env.
+func mergeEnv(b *box, req *api.ExecRequest) {
 	b.mu.Lock()
 	env := cloneMap(b.rec.Sandbox.Env)
 	b.mu.Unlock()
 	if env == nil {
 		env = make(map[string]string, len(req.Env))
 	}
-	networkEnv(b.view(), env)
 	for k, v := range req.Env {
 		env[k] = v
 	}
 	req.Env = env
-	return req, nil
 }
 
 // Exec starts a process in the sandbox and streams its events.
@@ -56,16 +61,36 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (exe
 		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
 	}
 	req.Background = false
-	r, err := m.prepareRun(ctx, b, &req)
+	s, err := m.exec(ctx, b, req)
+	m.observeBox(ctx, OpExec, b, commandOf(req), err)
 	if err != nil {
 		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
 	}
+	return m.holdStream(b, s), nil
+}
+
+// exec runs req through the exec wrappers and starts it in b's guest.
+func (m *Manager) exec(ctx context.Context, b *box, req api.ExecRequest) (execstream.Stream, error) {
+	chain, err := m.wrapExecChecked(ctx, b, &req)
+	if err != nil {
+		return nil, err
+	}
+	mergeEnv(b, &req)
 	s, err := b.guest.Exec(ctx, req)
 	if err != nil {
-		m.endRun(r)
-		return nil, fmt.Errorf("exec in sandbox %s: %w", id, err)
+		chain.abort()
+		return nil, err
 	}
-	return m.holdStream(b, m.wrapStream(b, s, r, s.Pid())), nil
+	return chain.started(s.Pid(), s), nil
+}
+
+// commandOf describes req's command for observers (never its
+// environment).
+func commandOf(req api.ExecRequest) string {
+	if req.Command != "" {
+		return req.Command
+	}
+	return strings.Join(req.Cmd, " ")
 }
 
 // StartProcess starts a background process and returns at once.
@@ -86,16 +111,28 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
 	}
 	req.Background = true
-	r, err := m.prepareRun(ctx, b, &req)
+	p, err := m.startProcess(ctx, b, req)
+	m.observeBox(ctx, OpStartProcess, b, commandOf(req), err)
 	if err != nil {
 		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
 	}
+	return p, nil
+}
+
+// startProcess runs req through the exec wrappers and starts it in b's
+// guest in the background.
+func (m *Manager) startProcess(ctx context.Context, b *box, req api.ExecRequest) (api.Process, error) {
+	chain, err := m.wrapExecChecked(ctx, b, &req)
+	if err != nil {
+		return api.Process{}, err
+	}
+	mergeEnv(b, &req)
 	p, err := b.guest.Start(ctx, req)
 	if err != nil {
-		m.endRun(r)
-		return api.Process{}, fmt.Errorf("starting process in sandbox %s: %w", id, err)
+		chain.abort()
+		return api.Process{}, err
 	}
-	m.followRun(b, r, p.Pid)
+	chain.started(p.Pid, nil)
 	return p, nil
 }
 
@@ -108,10 +145,11 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (
 	}
 	defer release()
 	s, err := b.guest.Attach(ctx, pid, replay)
+	m.observeBox(ctx, OpAttach, b, strconv.Itoa(pid), err)
 	if err != nil {
 		return nil, fmt.Errorf("attaching to process %d in sandbox %s: %w", pid, id, err)
 	}
-	return m.holdStream(b, m.wrapStream(b, s, nil, pid)), nil
+	return m.holdStream(b, m.wrapStream(b, pid, s)), nil
 }
 
 // ListProcesses lists the processes started through exec.
@@ -154,7 +192,9 @@ func (m *Manager) withGuest(ctx context.Context, id, what string, fn func(*clien
 		return err
 	}
 	defer release()
-	if err := fn(b.guest); err != nil {
+	err = fn(b.guest)
+	m.observeBox(ctx, OpGuestCall, b, what, err)
+	if err != nil {
 		return fmt.Errorf("%s in sandbox %s: %w", what, id, err)
 	}
 	return nil

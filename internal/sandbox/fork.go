@@ -40,7 +40,8 @@ const (
 // Forks inherit the source sandbox's template, resources and environment
 // (req.Env is merged over it) and carry req.Labels. All or nothing: on
 // error no fork is left.
-func (m *Manager) ForkCheckpoint(ctx context.Context, cid string, req api.ForkRequest) (api.ForkResult, error) {
+func (m *Manager) ForkCheckpoint(ctx context.Context, cid string, req api.ForkRequest) (_ api.ForkResult, err error) {
+	defer func() { m.observeID(ctx, OpFork, "", cid, err) }()
 	if err := validateFork(&req); err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", cid, err)
 	}
@@ -54,7 +55,8 @@ func (m *Manager) ForkCheckpoint(ctx context.Context, cid string, req api.ForkRe
 // ForkSandbox checkpoints the running sandbox id (a checkpoint named "fork"
 // labelled agentbox.implicit=fork, listed like any other) and forks it; see
 // ForkCheckpoint.
-func (m *Manager) ForkSandbox(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
+func (m *Manager) ForkSandbox(ctx context.Context, id string, req api.ForkRequest) (_ api.ForkResult, err error) {
+	defer func() { m.observeID(ctx, OpFork, id, "", err) }()
 	if err := validateFork(&req); err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
@@ -202,6 +204,12 @@ func (m *Manager) forkOne(ctx context.Context, id string, ck store.CheckpointRec
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	if err := m.onCreate(ctx, b); err != nil {
+		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
+		m.observeBox(ctx, OpCreate, b, "fork of "+ck.Checkpoint.ID, err)
+		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
+	}
+	m.observeBox(ctx, OpCreate, b, "fork of "+ck.Checkpoint.ID, nil)
 	return b.view(), nil
 }
 

@@ -27,7 +27,6 @@ func (m *Manager) stopGuestLocked(ctx context.Context, b *box) (runtime.Sandbox,
 	if old == nil {
 		return nil, nil
 	}
-	m.stopTunnel(b.rec.Sandbox.ID)
 	if err := old.Destroy(context.WithoutCancel(ctx)); err != nil {
 		return old, fmt.Errorf("stopping guest: %w", err)
 	}
@@ -36,8 +35,8 @@ func (m *Manager) stopGuestLocked(ctx context.Context, b *box) (runtime.Sandbox,
 
 // startGuestLocked starts a new guest for b on layers (top-most first) over
 // b's existing upper and work dirs, with the same id, hostname and socket,
-// waits until it answers, and makes it b's, with its exit watcher and
-// tunnel keeper started. The caller sets the state (a restore keeps
+// waits until it answers, and makes it b's, with its exit watcher
+// started; the caller runs the start hooks (onStart). The caller sets the state (a restore keeps
 // running, a wake records its transition) and persists the record. On error nothing of the new guest is left and b is
 // unchanged.
 func (m *Manager) startGuestLocked(ctx context.Context, b *box, layers []string) error {
@@ -71,7 +70,6 @@ func (m *Manager) startGuestLocked(ctx context.Context, b *box, layers []string)
 	b.rec.Sandbox.GuestVersion = version
 	b.mu.Unlock()
 	go m.watch(b, rt)
-	m.startTunnel(b) // the old keeper ended with the old guest
 	return nil
 }
 

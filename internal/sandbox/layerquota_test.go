@@ -52,7 +52,7 @@ func layerManager(t *testing.T) (*Manager, *fakeQuotas, layers.Layer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetTemplates(tm)
+	m.templates = tm
 	dir, err := ls.TempDir("base-")
 	if err != nil {
 		t.Fatal(err)

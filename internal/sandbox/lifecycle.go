@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // The lifecycle state machine (states and causes: api/lifecycle.go).
@@ -197,7 +198,9 @@ func (m *Manager) setStateLocked(b *box, to, cause, detail string) {
 	sb := &b.rec.Sandbox
 	from := sb.State
 	sb.State = to
-	addTransition(&b.rec, api.Transition{From: from, To: to, Cause: cause, Detail: detail, At: now})
+	t := api.Transition{From: from, To: to, Cause: cause, Detail: detail, At: now}
+	addTransition(&b.rec, t)
+	m.observe(context.Background(), Op{Kind: OpTransition, Sandbox: sb.ID, Tenant: tenant.Owner(sb.Tenant), Transition: &t, At: now})
 	countsAsleep := sb.Idle != nil && sb.Idle.TTLCountsAsleep
 	switch {
 	case asleep(to) && !asleep(from) && !countsAsleep && sb.ExpiresAt != nil:
@@ -455,7 +458,11 @@ func (m *Manager) pauseLocked(ctx context.Context, b *box, cause, detail string)
 	if err := p.Pause(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", id, err)
 	}
-	return m.transition(ctx, b, api.StatePaused, cause, detail)
+	if err := m.transition(ctx, b, api.StatePaused, cause, detail); err != nil {
+		return err
+	}
+	m.onStop(ctx, b, api.StatePaused)
+	return nil
 }
 
 // hibernateLocked stops b's guest, keeping its filesystem (b.life held
@@ -487,7 +494,11 @@ func (m *Manager) hibernateLocked(ctx context.Context, b *box, cause, detail str
 	if err := m.unmountDisk(id); err != nil { // nothing of it stays resident
 		m.log.WarnContext(ctx, "hibernating sandbox", "sandbox", id, "err", err)
 	}
-	return m.transition(ctx, b, api.StateHibernated, cause, detail)
+	if err := m.transition(ctx, b, api.StateHibernated, cause, detail); err != nil {
+		return err
+	}
+	m.onStop(ctx, b, api.StateHibernated)
+	return nil
 }
 
 // wake brings a paused or hibernated sandbox back to running.
@@ -552,9 +563,7 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, cause, detail string, 
 		}
 		// The egress CA lived in the backend's state dir: configure the
 		// edge again and put the CA back into the sandbox.
-		if err := m.networkUp(ctx, b, true); err != nil {
-			m.log.WarnContext(ctx, "re-applying network policy", "sandbox", id, "err", err)
-		}
+		m.onStart(ctx, b, cause)
 	default:
 		return fmt.Errorf("waking sandbox %s: it is %s: %w", id, state, errdefs.ErrConflict)
 	}

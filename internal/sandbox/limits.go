@@ -193,16 +193,8 @@ func (m *Manager) noteOOM(ctx context.Context, id string, n int64) {
 		Value:     float64(n),
 		Message:   fmt.Sprintf("memory limit reached: %d process(es) killed", n-prev),
 	}
-	m.sec.mu.Lock()
-	if m.sec.events == nil {
-		m.sec.events = map[string][]api.SandboxEvent{}
-	}
-	buf := append(m.sec.events[id], ev)
-	if len(buf) > maxSandboxEvents {
-		buf = buf[len(buf)-maxSandboxEvents:]
-	}
-	m.sec.events[id] = buf
-	m.sec.mu.Unlock()
+	// The event recorder (an Observer, internal/sandboxevents) keeps it.
+	m.observe(ctx, Op{Kind: OpEvent, Sandbox: id, Event: &ev, At: ev.Time})
 	m.log.WarnContext(ctx, "sandbox OOM kill", "sandbox", id, "oom_kills", n)
 }
 

@@ -1,9 +1,14 @@
 // Package sandbox is the daemon's core: it owns the life of every sandbox
 // from create to delete, wiring the isolation backend (internal/runtime), the
 // template and layer stores, the in-sandbox guest client and the metadata
-// store. Every trigger (API, CLI, SDK, and later schedules and webhooks)
-// reaches sandboxes only through the Manager's methods, so metering, audit
-// and policy have one place to live.
+// store. Every trigger (API, CLI, SDK, schedules and webhooks) reaches
+// sandboxes only through the Manager's methods, so metering, audit and
+// policy have one place to live.
+//
+// Features (secrets and run tokens, events, tunnels, network policy) are
+// not called by the core: they are Extensions, given to New, that attach
+// through the extension points of hooks.go. This package imports no
+// feature package; see docs/EXTENSIONS.md.
 //
 // Concurrency: Manager methods are safe for concurrent use. Operations on one
 // sandbox are ordered by that sandbox's lifecycle lock: exec and file calls
@@ -30,7 +35,6 @@ import (
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
-	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -79,6 +83,14 @@ type Config struct {
 	// (recovery, warm pools, the daemon's scheduler) can run before
 	// admission is in place.
 	Quotas Quotas
+	// NewTemplates builds the template store (see TemplatesFactory),
+	// unless New is given one.
+	NewTemplates TemplatesFactory
+	// Extensions are the features attached to the core (hooks.go), in
+	// the order their hooks run. They are fixed at construction: New
+	// provisions them before it returns, so nothing the Manager starts
+	// can run without them.
+	Extensions []Extension
 }
 
 // IDRanges allocates per-sandbox host id ranges (package idrange).
@@ -96,13 +108,12 @@ type Manager struct {
 	cfg       Config
 	log       *slog.Logger
 	backend   runtime.Backend
-	templates *templates.Manager
+	templates Templates
 	store     store.Store
-	sec       secretState
-	tun       tunnelRegistry
 	lc        lifecycleState
 	pools     poolState  // warm pools; see pool.go
 	lim       limitState // OOM reporting; see limits.go
+	hooks     hooks      // the extensions' hooks; see hooks.go
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -130,8 +141,10 @@ type box struct {
 	pool string
 }
 
-// New returns a Manager. Call Recover once before serving requests.
-func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.Store) (*Manager, error) {
+// New returns a Manager with the template store tmpl, or, when tmpl is
+// nil, the one cfg.NewTemplates builds. Call Recover once before serving
+// requests.
+func New(cfg Config, backend runtime.Backend, tmpl Templates, st store.Store) (*Manager, error) {
 	if cfg.DataDir == "" || cfg.RunDir == "" || cfg.RunnerDir == "" {
 		return nil, fmt.Errorf("sandbox manager: data, run and runner dirs are required: %w", errdefs.ErrInvalidArgument)
 	}
@@ -157,14 +170,30 @@ func New(cfg Config, backend runtime.Backend, tmpl *templates.Manager, st store.
 			return nil, fmt.Errorf("sandbox manager: %w", err)
 		}
 	}
-	return &Manager{
+	hs, err := collectHooks(cfg.Extensions)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		backend:   backend,
 		templates: tmpl,
 		store:     st,
+		hooks:     hs,
 		sandboxes: make(map[string]*box),
-	}, nil
+	}
+	if tmpl == nil && cfg.NewTemplates != nil {
+		t, err := cfg.NewTemplates(m.StepRunner(), m.AdmitTemplateLayer)
+		if err != nil {
+			return nil, err
+		}
+		m.templates = t
+	}
+	if err := m.provision(cfg.Extensions); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Backend returns the isolation backend's capabilities.
@@ -335,7 +364,7 @@ func (m *Manager) paths(id string) sandboxPaths {
 // a daemon that shuts down leaves its sandboxes running for the next one to
 // re-adopt.
 func (m *Manager) Close() error {
-	m.stopTunnels()
+	m.closeExtensions()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true

@@ -218,7 +218,8 @@ func planMerge(ctx context.Context, base, ours, theirs *layers.View, req api.Mer
 // Merge merges the changes of sandbox req.From into sandbox target; see
 // the package comment above. With unresolved conflicts it returns the
 // result (with the conflicts) and an error wrapping errdefs.ErrConflict.
-func (m *Manager) Merge(ctx context.Context, target string, req api.MergeRequest) (api.MergeResult, error) {
+func (m *Manager) Merge(ctx context.Context, target string, req api.MergeRequest) (_ api.MergeResult, err error) {
+	defer func() { m.observeID(ctx, OpMerge, target, "", err) }()
 	if err := validateMerge(target, req); err != nil {
 		return api.MergeResult{}, fmt.Errorf("merging into %s: %w", target, err)
 	}

@@ -92,10 +92,11 @@ func (m *Manager) adoptAsleep(ctx context.Context, rec store.SandboxRecord) erro
 		b.rt, b.guest = rt, client.New(rt.SocketPath())
 		b.rec.RuntimeState = rt.State()
 	}
-	if err := m.networkUp(ctx, b, false); err != nil {
-		m.log.WarnContext(ctx, "re-applying network policy", "sandbox", rec.Sandbox.ID, "err", err)
+	if err := m.register(b); err != nil {
+		return err
 	}
-	return m.register(b)
+	m.onRecover(ctx, b)
+	return nil
 }
 
 // keepCold keeps a persistent sandbox whose guest is gone (a host reboot,
@@ -128,6 +129,7 @@ func (m *Manager) keepCold(ctx context.Context, rec store.SandboxRecord, why err
 	if err := m.register(b); err != nil {
 		return false
 	}
+	m.onRecover(ctx, b)
 	m.log.WarnContext(ctx, "persistent sandbox's guest is gone; kept hibernated", "sandbox", id, "err", why)
 	return true
 }

@@ -417,6 +417,8 @@ func (m *Manager) claimBox(ctx context.Context, b *box, req api.CreateSandboxReq
 		_ = m.deleteLocked(ctx, b, api.CauseError)
 		return api.Sandbox{}, err
 	}
+	m.observeTransition(ctx, b)
+	m.observeBox(ctx, OpCreate, b, req.Template, nil)
 	m.log.InfoContext(ctx, "sandbox created from warm pool", "sandbox", id, "template", req.Template,
 		"thawed", thawed, "took", time.Since(start))
 	return b.view(), nil

@@ -12,7 +12,7 @@ import (
 
 // PurgeTenant deletes what tenant owns besides sandboxes: its
 // checkpoints, its templates (saved, built and imported, and registered
-// specs) and its secrets, so that a later tenant of the same name starts
+// specs) and what extensions keep for it (PurgeHook: its secrets), so that a later tenant of the same name starts
 // with nothing. It fails with ErrConflict while the tenant still owns
 // sandboxes (they run on its checkpoints and templates; delete them
 // first). What could not be deleted is reported in the error and left
@@ -49,15 +49,9 @@ func (m *Manager) PurgeTenant(ctx context.Context, id string) error {
 			}
 		}
 	}
-	if st, err := m.secretStore(); err == nil {
-		secs, err := st.List(as)
-		if err != nil {
+	for _, x := range m.hooks.purge {
+		if err := x.h.OnPurgeTenant(as, id); err != nil {
 			errs = append(errs, err)
-		}
-		for _, s := range secs {
-			if err := st.Delete(as, s.Name); err != nil && !errdefs.IsNotFound(err) {
-				errs = append(errs, err)
-			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

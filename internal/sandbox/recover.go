@@ -107,10 +107,11 @@ func (m *Manager) adopt(ctx context.Context, rec store.SandboxRecord) error {
 	b := &box{guest: guest, rec: rec, rt: rt}
 	// An expired sandbox is registered too: register's expiry timer fires
 	// at once and deletes it through the ordinary path.
-	if err := m.networkUp(ctx, b, false); err != nil {
-		m.log.WarnContext(ctx, "re-applying network policy", "sandbox", rec.Sandbox.ID, "err", err)
+	if err := m.register(b); err != nil {
+		return err
 	}
-	return m.register(b)
+	m.onRecover(ctx, b)
+	return nil
 }
 
 // reap removes every trace of a sandbox that is not running.

@@ -57,7 +57,7 @@ func (m *Manager) WatchProcess(ctx context.Context, id string, pid int) (execstr
 	if err != nil {
 		return nil, fmt.Errorf("watching process %d in sandbox %s: %w", pid, id, err)
 	}
-	return m.wrapStream(b, s, nil, pid), nil
+	return m.wrapStream(b, pid, s), nil
 }
 
 type runIDKey struct{}
@@ -70,10 +70,8 @@ func WithRunID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, runIDKey{}, id)
 }
 
-// runIDOr returns the run id ctx carries, or a fresh one.
-func runIDOr(ctx context.Context) string {
-	if id, ok := ctx.Value(runIDKey{}).(string); ok && id != "" {
-		return id
-	}
-	return newRunID()
+// RunIDFrom returns the run id ctx carries (WithRunID), or "".
+func RunIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(runIDKey{}).(string)
+	return id
 }

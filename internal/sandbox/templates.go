@@ -113,10 +113,29 @@ type StepRunner struct {
 // StepRunner returns the runner the template manager uses for "run" steps.
 func (m *Manager) StepRunner() *StepRunner { return &StepRunner{m: m} }
 
-// SetTemplates attaches the template manager; it exists because templates
-// and sandboxes depend on each other (templates run build steps in
-// sandboxes). Call it once, before Recover.
-func (m *Manager) SetTemplates(t *templates.Manager) { m.templates = t }
+// Templates is the template store the Manager creates sandboxes from
+// (*templates.Manager). Its methods are safe for concurrent use.
+type Templates interface {
+	Get(ctx context.Context, name string) (templates.Template, error)
+	List(ctx context.Context) ([]api.Template, error)
+	Names() []string
+	Build(ctx context.Context, req api.BuildTemplateRequest, progress func(api.BuildEvent)) (templates.Template, error)
+	Adopt(ctx context.Context, name, layer string, env map[string]string) (templates.Template, error)
+	Save(ctx context.Context, name, layer string, env map[string]string, source string) (api.TemplateVersion, error)
+	Versions(ctx context.Context, name string) ([]api.TemplateVersion, error)
+	Delete(ctx context.Context, name string) error
+}
+
+var _ Templates = (*templates.Manager)(nil)
+
+// TemplatesFactory builds the template store of a Manager under
+// construction. Templates and sandboxes depend on each other: the store
+// runs "run" steps in the Manager's sandboxes (runner) and admits new
+// layers against tenants' quotas (admit, Manager.AdmitTemplateLayer);
+// the Manager creates sandboxes from templates. New calls the factory
+// once, before it returns, so the cycle is closed at construction and no
+// setter exists.
+type TemplatesFactory func(runner *StepRunner, admit func(ctx context.Context, name, layer string) (release func(), err error)) (Templates, error)
 
 var (
 	_ templates.StepRunner    = (*StepRunner)(nil)

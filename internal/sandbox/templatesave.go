@@ -16,7 +16,8 @@ import (
 // of the layers it runs on, and the sandbox's environment becomes the
 // version's default. Sandboxes created from the version start with its
 // tree hash.
-func (m *Manager) SaveTemplate(ctx context.Context, id string, req api.SaveTemplateRequest) (api.TemplateVersion, error) {
+func (m *Manager) SaveTemplate(ctx context.Context, id string, req api.SaveTemplateRequest) (_ api.TemplateVersion, err error) {
+	defer func() { m.observeID(ctx, OpSaveTemplate, id, req.Name, err) }()
 	if m.cfg.Layers == nil {
 		return api.TemplateVersion{}, fmt.Errorf("saving templates needs a layer store: %w", errdefs.ErrFailedPrecondition)
 	}

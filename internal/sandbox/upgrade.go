@@ -160,7 +160,8 @@ func (m *Manager) resolveRunner(ctx context.Context, req api.UpgradeRequest) (ru
 // one is paused again and a hibernated one hibernated again afterwards;
 // its processes are restarted in every case, its files untouched. On
 // failure the error says what the sandbox runs now.
-func (m *Manager) UpgradeSandbox(ctx context.Context, id string, req api.UpgradeRequest) (api.UpgradeResult, error) {
+func (m *Manager) UpgradeSandbox(ctx context.Context, id string, req api.UpgradeRequest) (_ api.UpgradeResult, err error) {
+	defer func() { m.observeID(ctx, OpUpgrade, id, "", err) }()
 	rn, err := m.resolveRunner(ctx, req)
 	if err != nil {
 		return api.UpgradeResult{}, fmt.Errorf("upgrading sandbox %s: %w", id, err)
@@ -265,9 +266,7 @@ func (m *Manager) swapRunnerLocked(ctx context.Context, b *box, from string, rn 
 	}
 	// finish makes the running guest b's current state.
 	finish := func() error {
-		if err := m.networkUp(ctx, b, true); err != nil {
-			m.log.WarnContext(ctx, "re-applying network policy", "sandbox", id, "err", err)
-		}
+		m.onStart(ctx, b, StartUpgrade)
 		return m.saveLocked(ctx, b)
 	}
 	upErr := start(rn.Hash, rn.GuestVersion())

@@ -1,4 +1,4 @@
-package sandbox
+package runsecrets
 
 import (
 	"context"
@@ -30,21 +30,21 @@ const runAttrTimeout = 2 * time.Second
 // ActiveRun returns the id of the run a new egress connection of sandbox id
 // is attributed to, or "" (see above). It costs a guest round trip only
 // when exactly one run of the sandbox is live.
-func (m *Manager) ActiveRun(ctx context.Context, id string) string {
+func (m *Secrets) ActiveRun(ctx context.Context, id string) string {
 	now := time.Now()
 	var only *run
-	m.sec.mu.Lock()
-	for _, r := range m.sec.runs {
+	m.mu.Lock()
+	for _, r := range m.runs {
 		if r.sandbox != id || now.After(r.expires) {
 			continue
 		}
 		if only != nil {
-			m.sec.mu.Unlock()
+			m.mu.Unlock()
 			return ""
 		}
 		only = r
 	}
-	m.sec.mu.Unlock()
+	m.mu.Unlock()
 	if only == nil {
 		return ""
 	}
@@ -57,10 +57,10 @@ func (m *Manager) ActiveRun(ctx context.Context, id string) string {
 	case <-ctx.Done():
 		return ""
 	}
-	m.sec.mu.Lock()
+	m.mu.Lock()
 	pid := only.pid
-	m.sec.mu.Unlock()
-	procs, err := m.ListProcesses(ctx, id)
+	m.mu.Unlock()
+	procs, err := m.core.ListProcesses(ctx, id)
 	if err != nil {
 		return ""
 	}
@@ -82,12 +82,12 @@ func (m *Manager) ActiveRun(ctx context.Context, id string) string {
 
 // setRunPid records the pid of r's process (in the sandbox's pid
 // namespace).
-func (m *Manager) setRunPid(r *run, pid int) {
+func (m *Secrets) setRunPid(r *run, pid int) {
 	if r == nil {
 		return
 	}
-	m.sec.mu.Lock()
-	defer m.sec.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if r.pid == 0 && pid > 0 {
 		r.pid = pid
 		close(r.started)

@@ -1,11 +1,18 @@
-package sandbox
+// Package runsecrets gives sandbox runs their secrets and run tokens, and
+// redacts every secret value a sandbox's runs were given from that
+// sandbox's output. It is a feature attached to the sandbox core through
+// its extension points (sandbox.ExecWrapper, sandbox.StreamWrapper,
+// sandbox.DeleteHook): the core knows nothing of secrets.
+package runsecrets
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -13,8 +20,10 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/tenant"
 	"github.com/agentbox/agentbox/internal/validate"
@@ -34,7 +43,7 @@ import (
 // hex forms and values split across output chunks.
 //
 // A run asking for a token gets a JWT (secrets.Tokens) in AGENTBOX_RUN_TOKEN.
-// The token is usable only while the run is live: the Manager keeps the set
+// The token is usable only while the run is live: Secrets keeps the set
 // of live runs (in memory; a daemon restart ends them all) and drops a run
 // when its process exits, its deadline passes, its sandbox is deleted or
 // restarted (restore), so forks and restores never inherit a usable token.
@@ -43,8 +52,6 @@ const (
 	maxExecSecrets     = 32
 	defaultRunDeadline = time.Hour
 	maxRunDeadline     = 24 * time.Hour
-	// DefaultTenant is the tenant of runs of no other tenant.
-	DefaultTenant = api.AdminTenant
 )
 
 // SecretStore is the host-side secret store (internal/secrets.Store).
@@ -55,19 +62,67 @@ type SecretStore interface {
 	Delete(ctx context.Context, name string) error
 }
 
-// secretState is the Manager's state for secrets, run tokens and the
-// events the bridge brings in from sandboxes (events.go).
-type secretState struct {
-	// mu guards the fields below.
-	mu     sync.Mutex
+// Config configures Secrets.
+type Config struct {
+	// Store is the secret store; nil refuses exec requests naming
+	// secrets or asking for a token (ErrFailedPrecondition).
+	Store SecretStore
+	// Tokens mints and verifies run tokens; nil refuses exec requests
+	// asking for one.
+	Tokens *secrets.Tokens
+	Logger *slog.Logger
+}
+
+// Secrets is the extension: register it in sandbox.Config.Extensions.
+// Its methods are safe for concurrent use.
+type Secrets struct {
 	store  SecretStore
 	tokens *secrets.Tokens
+	log    *slog.Logger
+	core   sandbox.Core // set by Provision, before any hook runs
+
+	// mu guards the fields below.
+	mu sync.Mutex
 	// used holds, per sandbox id, the secret values its runs were given.
 	used map[string]map[string][]byte
 	// runs are the live runs holding a token, by run id.
 	runs map[string]*run
-	// events are the bridge events of each sandbox, oldest first.
-	events map[string][]api.SandboxEvent
+}
+
+var (
+	_ sandbox.Extension     = (*Secrets)(nil)
+	_ sandbox.Provisioner   = (*Secrets)(nil)
+	_ sandbox.ExecWrapper   = (*Secrets)(nil)
+	_ sandbox.StreamWrapper = (*Secrets)(nil)
+	_ sandbox.DeleteHook    = (*Secrets)(nil)
+	_ sandbox.PurgeHook     = (*Secrets)(nil)
+)
+
+// New returns the extension. Logger is required.
+func New(cfg Config) *Secrets {
+	return &Secrets{store: cfg.Store, tokens: cfg.Tokens, log: cfg.Logger}
+}
+
+// Name implements sandbox.Extension.
+func (m *Secrets) Name() string { return "runsecrets" }
+
+// Provision implements sandbox.Provisioner.
+func (m *Secrets) Provision(c sandbox.Core) error {
+	m.core = c
+	return nil
+}
+
+// OnDelete implements sandbox.DeleteHook: the sandbox's runs end and its
+// values are forgotten.
+func (m *Secrets) OnDelete(ctx context.Context, id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.used, id)
+	for rid, r := range m.runs {
+		if r.sandbox == id {
+			delete(m.runs, rid)
+		}
+	}
 }
 
 // run is one live exec that holds a token.
@@ -75,31 +130,42 @@ type run struct {
 	id, sandbox, boot string
 	rt                runtime.Sandbox // the sandbox's runtime instance at mint time
 	expires           time.Time
-	pid               int           // the process, once started (guarded by secretState.mu)
+	pid               int           // the process, once started (guarded by Secrets.mu)
 	started           chan struct{} // closed when pid is set
 }
 
-// SetSecrets connects the secret store and the run-token minter. Without
-// them, exec requests naming secrets or asking for a token fail with
-// ErrFailedPrecondition.
-func (m *Manager) SetSecrets(st SecretStore, tokens *secrets.Tokens) {
-	m.sec.mu.Lock()
-	defer m.sec.mu.Unlock()
-	m.sec.store, m.sec.tokens = st, tokens
-}
+// Store returns the secret store (nil when none is configured).
+func (m *Secrets) Store() SecretStore { return m.store }
 
-func (m *Manager) secretStore() (SecretStore, error) {
-	m.sec.mu.Lock()
-	defer m.sec.mu.Unlock()
-	if m.sec.store == nil {
+func (m *Secrets) secretStore() (SecretStore, error) {
+	if m.store == nil {
 		return nil, fmt.Errorf("no secret store is configured: %w", errdefs.ErrFailedPrecondition)
 	}
-	return m.sec.store, nil
+	return m.store, nil
+}
+
+// OnPurgeTenant implements sandbox.PurgeHook: it deletes the tenant's
+// secrets (ctx acts as the tenant).
+func (m *Secrets) OnPurgeTenant(ctx context.Context, _ string) error {
+	if m.store == nil {
+		return nil
+	}
+	secs, err := m.store.List(ctx)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, s := range secs {
+		if err := m.store.Delete(ctx, s.Name); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // PutSecret stores a secret value (write-only: no method returns it to a
 // client).
-func (m *Manager) PutSecret(ctx context.Context, name string, value []byte) (api.SecretInfo, error) {
+func (m *Secrets) PutSecret(ctx context.Context, name string, value []byte) (api.SecretInfo, error) {
 	st, err := m.secretStore()
 	if err != nil {
 		return api.SecretInfo{}, err
@@ -113,7 +179,7 @@ func (m *Manager) PutSecret(ctx context.Context, name string, value []byte) (api
 }
 
 // ListSecrets lists secret names and times.
-func (m *Manager) ListSecrets(ctx context.Context) ([]api.SecretInfo, error) {
+func (m *Secrets) ListSecrets(ctx context.Context) ([]api.SecretInfo, error) {
 	st, err := m.secretStore()
 	if err != nil {
 		return nil, err
@@ -123,7 +189,7 @@ func (m *Manager) ListSecrets(ctx context.Context) ([]api.SecretInfo, error) {
 
 // DeleteSecret removes a secret. Values already given to runs stay
 // redacted from those sandboxes' output.
-func (m *Manager) DeleteSecret(ctx context.Context, name string) error {
+func (m *Secrets) DeleteSecret(ctx context.Context, name string) error {
 	st, err := m.secretStore()
 	if err != nil {
 		return err
@@ -135,12 +201,47 @@ func (m *Manager) DeleteSecret(ctx context.Context, name string) error {
 	return nil
 }
 
-// prepareRun resolves req's secrets into req.Env and, when req.Token is
-// set, mints the run's token into it and registers the run as live. It
-// clears req.Secrets and req.Token, which the guest never sees. On error
-// nothing is registered. The caller ends the returned run (nil when no
-// token) if the process does not start.
-func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) (*run, error) {
+// WrapExec implements sandbox.ExecWrapper: it resolves req's secrets into
+// req.Env and, when req.Token is set, mints the run's token into it and
+// registers the run as live. It clears req.Secrets and req.Token, which
+// the guest never sees. On error nothing is registered. The returned run
+// redacts the process's output and ends the run (revoking its token) when
+// the process exits or does not start.
+func (m *Secrets) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.ExecRequest) (sandbox.ExecRun, error) {
+	r, err := m.prepareRun(ctx, h, req)
+	if err != nil {
+		return nil, err
+	}
+	return &execRun{m: m, h: h, r: r}, nil
+}
+
+// execRun follows one exec for WrapExec.
+type execRun struct {
+	m *Secrets
+	h *sandbox.Handle
+	r *run // nil: no token
+}
+
+// Started implements sandbox.ExecRun.
+func (e *execRun) Started(pid int, s execstream.Stream) execstream.Stream {
+	if s == nil {
+		e.m.followRun(e.h, e.r, pid)
+		return nil
+	}
+	return e.m.wrapStream(e.h, s, e.r, pid)
+}
+
+// Abort implements sandbox.ExecRun.
+func (e *execRun) Abort() { e.m.endRun(e.r) }
+
+// WrapStream implements sandbox.StreamWrapper: the output of an attach or
+// watch is redacted like the exec's.
+func (m *Secrets) WrapStream(h *sandbox.Handle, pid int, s execstream.Stream) execstream.Stream {
+	return m.wrapStream(h, s, nil, pid)
+}
+
+// prepareRun does WrapExec's work; it returns the run (nil when no token).
+func (m *Secrets) prepareRun(ctx context.Context, h *sandbox.Handle, req *api.ExecRequest) (*run, error) {
 	want, token := req.Secrets, req.Token
 	req.Secrets, req.Token = nil, false
 	if len(want) == 0 && !token {
@@ -152,9 +253,7 @@ func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) 
 	// A process holding a secret or a token runs private: the sandbox's
 	// other processes cannot read its environment (guest, domains.go).
 	req.Private = true
-	m.sec.mu.Lock()
-	st, tokens := m.sec.store, m.sec.tokens
-	m.sec.mu.Unlock()
+	st, tokens := m.store, m.tokens
 	if st == nil || (token && tokens == nil) {
 		return nil, fmt.Errorf("secrets and run tokens are not configured: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -179,7 +278,7 @@ func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) 
 		}
 		seenEnv[env] = true
 		// The sandbox's tenant's secret, whoever runs the command.
-		v, err := st.Secret(tenant.WithPrincipal(ctx, tenant.Principal{Tenant: b.owner(), Scope: api.ScopeFull}), s.Name)
+		v, err := st.Secret(tenant.WithPrincipal(ctx, tenant.Principal{Tenant: h.Owner(), Scope: api.ScopeFull}), s.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -189,35 +288,33 @@ func (m *Manager) prepareRun(ctx context.Context, b *box, req *api.ExecRequest) 
 		req.Env[env] = string(v)
 		values[s.Name] = v
 	}
-	id := b.rec.Sandbox.ID
+	id := h.ID()
 	if len(values) > 0 {
 		m.rememberSecrets(id, values)
 	}
 	if !token {
 		return nil, nil
 	}
-	b.mu.Lock()
-	rt := b.rt
-	b.mu.Unlock()
+	rt := h.Runtime()
 	deadline := defaultRunDeadline
 	if req.TimeoutSeconds > 0 {
 		deadline = min(time.Duration(req.TimeoutSeconds*float64(time.Second)), maxRunDeadline)
 	}
 	r := &run{id: runIDOr(ctx), sandbox: id, boot: bootID(id, rt), rt: rt, expires: time.Now().Add(deadline), started: make(chan struct{})}
 	tok, err := tokens.Mint(secrets.RunClaims{
-		Tenant: b.owner(), Sandbox: id, Run: r.id, Boot: r.boot,
+		Tenant: h.Owner(), Sandbox: id, Run: r.id, Boot: r.boot,
 		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(r.expires)},
 	})
 	if err != nil {
 		return nil, err
 	}
 	req.Env[api.RunTokenEnv] = tok
-	m.sec.mu.Lock()
-	if m.sec.runs == nil {
-		m.sec.runs = map[string]*run{}
+	m.mu.Lock()
+	if m.runs == nil {
+		m.runs = map[string]*run{}
 	}
-	m.sec.runs[r.id] = r
-	m.sec.mu.Unlock()
+	m.runs[r.id] = r
+	m.mu.Unlock()
 	return r, nil
 }
 
@@ -230,29 +327,18 @@ func containsNUL(b []byte) bool {
 	return false
 }
 
-// rememberSecrets adds values to the set redacted from sandbox id's output,
-// and forgets the sets of sandboxes that no longer exist.
-func (m *Manager) rememberSecrets(id string, values map[string][]byte) {
+// rememberSecrets adds values to the set redacted from sandbox id's output
+// (forgotten when the sandbox is deleted, OnDelete).
+func (m *Secrets) rememberSecrets(id string, values map[string][]byte) {
 	m.mu.Lock()
-	live := make(map[string]bool, len(m.sandboxes))
-	for sid := range m.sandboxes {
-		live[sid] = true
+	defer m.mu.Unlock()
+	if m.used == nil {
+		m.used = map[string]map[string][]byte{}
 	}
-	m.mu.Unlock()
-	m.sec.mu.Lock()
-	defer m.sec.mu.Unlock()
-	if m.sec.used == nil {
-		m.sec.used = map[string]map[string][]byte{}
-	}
-	for sid := range m.sec.used {
-		if !live[sid] {
-			delete(m.sec.used, sid)
-		}
-	}
-	set := m.sec.used[id]
+	set := m.used[id]
 	if set == nil {
 		set = map[string][]byte{}
-		m.sec.used[id] = set
+		m.used[id] = set
 	}
 	for name, v := range values {
 		key := name
@@ -264,16 +350,16 @@ func (m *Manager) rememberSecrets(id string, values map[string][]byte) {
 	}
 }
 
-// redactor returns the redactor of sandbox id's output (nil: nothing to
-// redact).
-func (m *Manager) redactor(id string) *redact.Redactor {
-	m.sec.mu.Lock()
-	set := m.sec.used[id]
+// Redactor returns a new redactor of sandbox id's output: the values its
+// runs were given so far (nil: nothing to redact).
+func (m *Secrets) Redactor(id string) *redact.Redactor {
+	m.mu.Lock()
+	set := m.used[id]
 	values := make(map[string][]byte, len(set))
 	for k, v := range set {
 		values[k] = v
 	}
-	m.sec.mu.Unlock()
+	m.mu.Unlock()
 	if len(values) == 0 {
 		return nil
 	}
@@ -281,25 +367,27 @@ func (m *Manager) redactor(id string) *redact.Redactor {
 }
 
 // endRun revokes r's token.
-func (m *Manager) endRun(r *run) {
+func (m *Secrets) endRun(r *run) {
 	if r == nil {
 		return
 	}
-	m.sec.mu.Lock()
-	delete(m.sec.runs, r.id)
-	m.sec.mu.Unlock()
+	m.mu.Lock()
+	delete(m.runs, r.id)
+	m.mu.Unlock()
 }
 
 // followRun ends r when process pid exits (or its sandbox's guest goes
 // away). It does not depend on any client staying attached.
-func (m *Manager) followRun(b *box, r *run, pid int) {
+func (m *Secrets) followRun(h *sandbox.Handle, r *run, pid int) {
 	if r == nil {
 		return
 	}
 	m.setRunPid(r, pid)
-	b.mu.Lock()
-	g := b.guest
-	b.mu.Unlock()
+	g := h.Guest()
+	if g == nil {
+		m.endRun(r)
+		return
+	}
 	go func() {
 		defer m.endRun(r)
 		ctx, cancel := context.WithDeadline(context.Background(), r.expires)
@@ -323,10 +411,8 @@ func (m *Manager) followRun(b *box, r *run, pid int) {
 // algorithm, issuer, audience, type and expiry, then that the token was
 // minted for this very sandbox, in its current boot, for a run that is
 // still live. Every failure wraps errdefs.ErrUnauthenticated.
-func (m *Manager) AuthorizeRun(ctx context.Context, sandboxID, token string) (secrets.RunClaims, error) {
-	m.sec.mu.Lock()
-	tokens := m.sec.tokens
-	m.sec.mu.Unlock()
+func (m *Secrets) AuthorizeRun(ctx context.Context, sandboxID, token string) (secrets.RunClaims, error) {
+	tokens := m.tokens
 	if tokens == nil {
 		return secrets.RunClaims{}, fmt.Errorf("run tokens are not configured: %w", errdefs.ErrUnauthenticated)
 	}
@@ -340,23 +426,21 @@ func (m *Manager) AuthorizeRun(ctx context.Context, sandboxID, token string) (se
 	if c.Sandbox != sandboxID {
 		return deny("minted for another sandbox")
 	}
-	b, err := m.get(ctx, sandboxID)
+	h, err := m.core.Handle(ctx, sandboxID)
 	if err != nil {
 		return deny("sandbox is gone")
 	}
-	b.mu.Lock()
-	rt, deleted, state := b.rt, b.deleted, b.rec.Sandbox.State
-	b.mu.Unlock()
-	if deleted || state != api.StateRunning {
+	rt := h.Runtime()
+	if !h.Live() {
 		return deny("sandbox is not running")
 	}
-	m.sec.mu.Lock()
-	r := m.sec.runs[c.Run]
+	m.mu.Lock()
+	r := m.runs[c.Run]
 	if r != nil && time.Now().After(r.expires) {
-		delete(m.sec.runs, r.id)
+		delete(m.runs, r.id)
 		r = nil
 	}
-	m.sec.mu.Unlock()
+	m.mu.Unlock()
 	switch {
 	case r == nil:
 		return deny("run has ended")
@@ -377,6 +461,15 @@ func bootID(id string, rt runtime.Sandbox) string {
 		h.Write(rt.State())
 	}
 	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// runIDOr returns the run id ctx carries (sandbox.WithRunID), or a fresh
+// one.
+func runIDOr(ctx context.Context) string {
+	if id := sandbox.RunIDFrom(ctx); id != "" {
+		return id
+	}
+	return newRunID()
 }
 
 func newRunID() string {

@@ -1,4 +1,4 @@
-package sandbox
+package runsecrets
 
 import (
 	"sync"
@@ -6,6 +6,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/redact"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // runStream wraps the event stream of an exec or attach: it redacts secret
@@ -29,10 +30,10 @@ type runStream struct {
 	fired bool
 }
 
-// wrapStream returns s wrapped for sandbox id when there is anything to
+// wrapStream returns s wrapped for sandbox h when there is anything to
 // redact or a run to end; otherwise s itself.
-func (m *Manager) wrapStream(b *box, s execstream.Stream, r *run, pid int) execstream.Stream {
-	red := m.redactor(b.rec.Sandbox.ID)
+func (m *Secrets) wrapStream(h *sandbox.Handle, s execstream.Stream, r *run, pid int) execstream.Stream {
+	red := m.Redactor(h.ID())
 	if red == nil && r == nil {
 		return s
 	}
@@ -40,7 +41,7 @@ func (m *Manager) wrapStream(b *box, s execstream.Stream, r *run, pid int) execs
 	if r != nil {
 		m.setRunPid(r, pid)
 		rs.onExit = func() { m.endRun(r) }
-		rs.onDetach = func() { m.followRun(b, r, pid) }
+		rs.onDetach = func() { m.followRun(h, r, pid) }
 	}
 	return rs
 }

@@ -1,0 +1,50 @@
+package sandbox
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestCoreImportsNoFeature keeps the core below its features: they attach
+// through the extension points of hooks.go, so the core importing one
+// would close a cycle of calls the extension points exist to avoid.
+func TestCoreImportsNoFeature(t *testing.T) {
+	forbidden := map[string]string{
+		"internal/runsecrets":    "secrets, run tokens and redaction attach as an exec and stream wrapper",
+		"internal/sandboxevents": "events attach as an observer",
+		"internal/sandboxnet":    "network policy attaches through prepare, create, start and exec hooks",
+		"internal/tunnel":        "tunnels attach through start, stop and delete hooks",
+		"internal/egress":        "the egress proxy is sandboxnet's, reached through its NetworkEdge",
+		"internal/bridge":        "the API bridge is a tunnel route registered by the daemon",
+		"internal/secrets":       "the secret store and token minter are runsecrets'",
+		"internal/pipeline":      "the pipeline is above the core and calls it",
+		"internal/httpapi":       "the HTTP edge is above the core",
+		"internal/daemon":        "the daemon is the composition root",
+	}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			for pkg, why := range forbidden {
+				if strings.HasSuffix(path, "/"+pkg) || strings.Contains(path, "/"+pkg+"/") {
+					t.Errorf("%s imports %s: %s", f, path, why)
+				}
+			}
+		}
+	}
+}
