@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandboxevents"
 	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/snapshot"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant/registry"
@@ -196,6 +197,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
+	snaps := snapshot.New(snapshot.Config{Layers: ls, Checkpoints: st, IDs: ids, Quotas: reg, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir:         cfg.DataDir,
 		RunDir:          filepath.Dir(cfg.SocketPath),
@@ -222,8 +224,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// Secrets first: its stream wrapper is the outermost, so
 		// redaction sees what every other wrapper passes on; its exec
 		// environment wins over the network's. Tunnels before the
-		// network, which refreshes them.
-		Extensions: []sandbox.Extension{sec, events, tun, network},
+		// network, which refreshes them. Checkpoints last: a deleted
+		// sandbox's implicit checkpoints go after every other feature
+		// forgot it.
+		Extensions: []sandbox.Extension{sec, events, tun, network, snaps},
 		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (sandbox.Templates, error) {
 			return templates.New(templates.Config{
 				DataDir: filepath.Join(cfg.DataDir, "templates"),
@@ -238,7 +242,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	pipe, err := newPipeline(cfg, mgr, network, st, log)
+	pipe, err := newPipeline(cfg, mgr, network, snaps, st, log)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +267,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(mgr, log)
-	svc := service{mgr, sec, events, network, pipe, tenants, gc}
+	svc := service{mgr, sec, events, network, snaps, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -369,14 +373,18 @@ type service struct {
 	*runsecrets.Secrets     // secrets API
 	*sandboxevents.Recorder // sandbox events API
 	*sandboxnet.Network     // network policy and egress log API
+	*snapshot.Snapshots     // checkpoints, restore, fork, diff and merge API
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes
 }
 
 var (
-	_ httpapi.Service        = service{}
-	_ httpapi.SecretService  = service{} // runsecrets
-	_ httpapi.EventService   = service{} // sandboxevents
-	_ httpapi.NetworkService = service{} // sandboxnet
+	_ httpapi.Service           = service{}
+	_ httpapi.SecretService     = service{} // runsecrets
+	_ httpapi.EventService      = service{} // sandboxevents
+	_ httpapi.NetworkService    = service{} // sandboxnet
+	_ httpapi.DiffService       = service{} // snapshot
+	_ httpapi.MergeService      = service{} // snapshot
+	_ httpapi.CheckpointService = service{} // snapshot
 )

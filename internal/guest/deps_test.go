@@ -17,7 +17,7 @@ func TestDeps(t *testing.T) {
 	for _, p := range []string{
 		"daemon", "sandbox", "runtime", "layers", "templates", "store",
 		"httpapi", "tenant", "secrets", "egress", "bridge", "pipeline", "config",
-		"diskquota", "idrange", "oci", "runner", "runsecrets", "sandboxevents", "sandboxnet", "tunnel",
+		"diskquota", "idrange", "oci", "runner", "runsecrets", "sandboxevents", "sandboxnet", "tunnel", "snapshot",
 	} {
 		rules = append(rules, deptest.Rule{Path: deptest.Module + "/internal/" + p, Reason: why})
 	}

@@ -47,6 +47,7 @@ func TestDeps(t *testing.T) {
 		{Path: m + "sandboxevents", Reason: "events are a feature attached as an Extension"},
 		{Path: m + "sandboxnet", Reason: "the network is a feature attached as an Extension"},
 		{Path: m + "tunnel", Reason: "tunnels are a feature attached as an Extension"},
+		{Path: m + "snapshot", Reason: "checkpoints, restore, fork, transactions, diff and merge are a feature above the core"},
 		{Path: m + "tenant/registry", Reason: "quotas reach the core through its Quotas interface"},
 	})
 }

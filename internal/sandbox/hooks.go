@@ -55,7 +55,8 @@ import (
 // Extension is a feature attached to the core. It implements any of the
 // hook interfaces of this file (PrepareHook, CreateHook, StartHook, StopHook,
 // DeleteHook, RecoverHook, PurgeHook, ExecWrapper, StreamWrapper, Observer,
-// Provisioner); New checks each with a type assertion, once.
+// Provisioner) and RescueHook (core_snapshot.go); New checks each with a
+// type assertion.
 type Extension interface {
 	// Name names the extension in logs (a hook's logged error says which
 	// extension it came from).

@@ -5,8 +5,8 @@
 // sandboxes only through the Manager's methods, so metering, audit and
 // policy have one place to live.
 //
-// Features (secrets and run tokens, events, tunnels, network policy) are
-// not called by the core: they are Extensions, given to New, that attach
+// Features (secrets and run tokens, events, tunnels, network policy,
+// checkpoints, restore, fork, diff and merge) are not called by the core: they are Extensions, given to New, that attach
 // through the extension points of hooks.go. This package imports no
 // feature package; see docs/EXTENSIONS.md.
 //
@@ -68,8 +68,9 @@ type Config struct {
 	// sandboxes that ask for them, with DiskQuotaErr as the reason.
 	DiskQuota    DiskQuota
 	DiskQuotaErr error
-	// Layers is the layer store templates live in; checkpoints are layers
-	// of it. Nil disables checkpoints, restore and fork.
+	// Layers is the layer store templates live in; checkpoints
+	// (internal/snapshot) are layers of it, and sandboxes forked or
+	// restored run on them (LayerOwner).
 	Layers *layers.Store
 	// Version is the daemon's version, reported by Info.
 	Version string
