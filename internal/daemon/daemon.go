@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/cleanup"
 	"github.com/agentbox/agentbox/internal/config"
-	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/layers"
@@ -76,17 +76,20 @@ type Daemon struct {
 
 // New opens the data dir, re-adopts the sandboxes a previous daemon left
 // running and returns a daemon ready to Serve. cfg must be validated.
+//
+// On error New undoes what it did (in reverse order: see package cleanup):
+// the store and the socket-dir lock are released, the backend closed and
+// the sandboxes dir's bind mount, when New made it, unmounted.
 func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err error) {
+	var undo cleanup.Stack
+	defer undo.Clean()
 	log := opts.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.UIDMapBase != cfg.GIDMapBase || cfg.UIDMapSize != cfg.GIDMapSize {
-		return nil, fmt.Errorf("uid map %d+%d and gid map %d+%d must be the same range: %w",
-			cfg.UIDMapBase, cfg.UIDMapSize, cfg.GIDMapBase, cfg.GIDMapSize, errdefs.ErrInvalidArgument)
-	}
-	// The range is cut into 65536-id slots: slot 0 owns every layer and
-	// writable layer on disk, each sandbox runs in a slot of its own.
+	// The range (uid and gid maps are one, Validate says) is cut into
+	// 65536-id slots: slot 0 owns every layer and writable layer on disk,
+	// each sandbox runs in a slot of its own.
 	idRanges, err := idrange.New(cfg.UIDMapBase, cfg.UIDMapSize)
 	if err != nil {
 		return nil, fmt.Errorf("uid/gid map: %w", err)
@@ -111,26 +114,18 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			return nil, fmt.Errorf("locating the agentbox binary: %w", err)
 		}
 	}
-	st, err := store.Open(filepath.Join(cfg.DataDir, "meta.db"))
+	st, err := store.Open(filepath.Join(cfg.DataDir, "meta.db"), store.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			st.Close()
-		}
-	}()
+	undo.Add(func() { st.Close() })
 	// The data dir is this daemon's now (the store's lock); so must be the
 	// directory of its sockets before anything there is swept.
 	runLock, err := lockRunDir(filepath.Dir(cfg.SocketPath))
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			runLock.Close()
-		}
-	}()
+	undo.Add(func() { runLock.Close() })
 	// Refused here rather than at the first create, where a cgo or
 	// dynamically linked guest fails with an obscure setup error.
 	if err := runner.CheckStatic(guestBin); err != nil {
@@ -140,20 +135,26 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	if err := protectSandboxesDir(cfg.DataDir); err != nil {
+	unprotect, err := protectSandboxesDir(cfg.DataDir)
+	if err != nil {
 		return nil, err
 	}
+	undo.Add(func() {
+		if err := unprotect(); err != nil {
+			log.Warn("unmounting the sandboxes dir", "err", err)
+		}
+	})
 	dq, dqErr := setupDiskQuota(cfg.DataDir, log) // before any guest is spawned; see limits.go
-	// Two guests are kept prespawned so a create skips the clone, the exec
-	// of the runner, its start-up and its move into a cgroup (see
-	// native.Prespawn); two, so back-to-back creates find one fully warm.
-	// Every daemon has a cgroup parent of its own (derived from its data
-	// dir unless configured), locked for its life: a neighbour's start-up
-	// sweep never sees this one's sandboxes or prespawned guests.
+	// cfg.Prespawn guests are kept started so a create skips the clone,
+	// the exec of the runner, its start-up and its move into a cgroup (see
+	// native.Prespawn). Every daemon has a cgroup parent of its own
+	// (derived from its data dir unless configured), locked for its life:
+	// a neighbour's start-up sweep never sees this one's sandboxes or
+	// prespawned guests.
 	parent := cfg.EffectiveCgroupParent(realDataDir)
 	log.Info("cgroup parent", "parent", parent, "derived", cfg.CgroupParent == "")
-	backend, err := native.New(native.Config{Logger: log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: &native.Prespawn{
-		Size:      2,
+	backend, err := native.New(native.Config{Logger: log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: prespawn(cfg, &native.Prespawn{
+		Size:      cfg.Prespawn,
 		RunnerDir: runnerDir,
 		IDs:       idRanges,
 		LayerIDs:  ids,
@@ -162,16 +163,12 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// Every path of a sandbox's spec is in the data dir; a waiting
 		// zygote holds no other mount of the host.
 		Keep: []string{filepath.Clean(cfg.DataDir)},
-	}})
+	})})
 	if err != nil {
 		return nil, fmt.Errorf("starting the native backend: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = backend.Close()
-		}
-	}()
-	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids, layerOptions(cfg)...)
+	undo.Add(func() { _ = backend.Close() })
+	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids, layerOptions(cfg, log)...)
 	if err != nil {
 		return nil, err
 	}
@@ -194,11 +191,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			stopBridge()
-		}
-	}()
+	undo.Add(stopBridge)
 	edge, err := setupEgress(cfg, sec.ActiveRun, runsecrets.TenantSecrets{Store: secStore}, log)
 	if err != nil {
 		return nil, err
@@ -262,11 +255,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := mgr.PrepareDisks(ctx); err != nil {
 		log.Warn("disks of the default limit are formatted at create", "err", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = mgr.CloseDisks()
-		}
-	}()
+	undo.Add(func() { _ = mgr.CloseDisks() })
 	// Only now, with every recovered sandbox's id range taken, may
 	// prespawned guests take ranges.
 	backend.FillPool()
@@ -277,13 +266,22 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := pipe.start(ctx); err != nil {
 		return nil, err
 	}
-	gc := newCollector(mgr)
+	gc := newCollector(mgr, log)
 	svc := service{mgr, sec, events, network, snaps, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
 	})
+	undo.Release()
 	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock, svc: svc}, nil
+}
+
+// prespawn is p, or nil (no guests kept started) when cfg.Prespawn is 0.
+func prespawn(cfg *config.Config, p *native.Prespawn) *native.Prespawn {
+	if cfg.Prespawn == 0 {
+		return nil
+	}
+	return p
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).

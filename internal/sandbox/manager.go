@@ -150,7 +150,7 @@ func New(cfg Config, backend runtime.Backend, tmpl Templates, st store.Store) (*
 		return nil, fmt.Errorf("sandbox manager: data, run and runner dirs are required: %w", errdefs.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.DefaultTemplate == "" {
 		cfg.DefaultTemplate = "busybox"
