@@ -35,6 +35,7 @@ import (
 	"github.com/agentbox/agentbox/internal/tenant/registry"
 	"github.com/agentbox/agentbox/internal/tunnel"
 	"github.com/agentbox/agentbox/internal/version"
+	"github.com/agentbox/agentbox/internal/warmpool"
 )
 
 // Options are what the config file does not say.
@@ -60,6 +61,8 @@ type Daemon struct {
 	pipe *pipelineAPI
 	// tenants is the tenant registry with its API (tenants.go).
 	tenants *tenantAPI
+	// pools are the warm pools, drained at Close.
+	pools *warmpool.Keeper
 	// gc runs layer collections after deletes (storage.go).
 	gc *collector
 	// svc is what both API listeners serve.
@@ -203,6 +206,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
+	// The warm pools fill only when SetPools starts them, after recovery.
+	pools := warmpool.New(warmpool.Config{DataDir: cfg.DataDir, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir:         cfg.DataDir,
 		RunDir:          filepath.Dir(cfg.SocketPath),
@@ -229,8 +234,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// Secrets first: its stream wrapper is the outermost, so
 		// redaction sees what every other wrapper passes on; its exec
 		// environment wins over the network's. Tunnels before the
-		// network, which refreshes them.
-		Extensions: []sandbox.Extension{sec, events, tun, network},
+		// network, which refreshes them. The warm pools' sandboxes get
+		// every other extension's hooks when they are made.
+		Extensions: []sandbox.Extension{sec, events, tun, network, pools},
 		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (sandbox.Templates, error) {
 			return templates.New(templates.Config{
 				DataDir: filepath.Join(cfg.DataDir, "templates"),
@@ -267,19 +273,19 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	// prespawned guests take ranges.
 	backend.FillPool()
 	collectAtStart(ctx, mgr, log)
-	if err := mgr.SetPools(ctx, cfg.WarmPools); err != nil {
+	if err := pools.SetPools(ctx, cfg.WarmPools); err != nil {
 		return nil, err
 	}
 	if err := pipe.start(ctx); err != nil {
 		return nil, err
 	}
 	gc := newCollector(mgr)
-	svc := service{mgr, sec, events, network, pipe, tenants, gc}
+	svc := service{mgr, sec, events, network, pools, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
 	})
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock, svc: svc}, nil
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -353,6 +359,7 @@ func (d *Daemon) Close() error {
 	d.shutdown()
 	d.stopBridge()
 	d.pipe.close()
+	d.pools.DrainPools(context.Background())
 	closeLimits(d.manager, d.cfg.DataDir, d.log)
 	_ = d.manager.Close()
 	if err := d.backend.Close(); err != nil {
@@ -371,6 +378,7 @@ type service struct {
 	*runsecrets.Secrets     // secrets API
 	*sandboxevents.Recorder // sandbox events API
 	*sandboxnet.Network     // network policy and egress log API
+	*warmpool.Keeper        // warm pools API
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes
@@ -381,4 +389,5 @@ var (
 	_ httpapi.SecretService  = service{} // runsecrets
 	_ httpapi.EventService   = service{} // sandboxevents
 	_ httpapi.NetworkService = service{} // sandboxnet
+	_ httpapi.PoolService    = service{} // warmpool
 )

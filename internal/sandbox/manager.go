@@ -111,7 +111,6 @@ type Manager struct {
 	templates Templates
 	store     store.Store
 	lc        lifecycleState
-	pools     poolState  // warm pools; see pool.go
 	lim       limitState // OOM reporting; see limits.go
 	hooks     hooks      // the extensions' hooks; see hooks.go
 
@@ -136,9 +135,9 @@ type box struct {
 	deleted bool
 	expiry  clock.Timer
 	lc      boxLifecycle // idle accounting; see lifecycle.go
-	// pool is the template whose warm pool holds the sandbox until it is
-	// claimed (pool.go); "" for every handed-out sandbox.
-	pool string
+	// hidden is the holder of a hidden sandbox until it is handed out
+	// (core_pool.go); "" for every other sandbox.
+	hidden string
 }
 
 // New returns a Manager with the template store tmpl, or, when tmpl is
@@ -229,7 +228,7 @@ func (m *Manager) ListSandboxes(ctx context.Context, labels map[string]string) (
 	m.mu.Lock()
 	boxes := make([]*box, 0, len(m.sandboxes))
 	for _, b := range m.sandboxes {
-		if !b.pooled() && p.Sees(b.owner()) {
+		if !b.isHidden() && p.Sees(b.owner()) {
 			boxes = append(boxes, b)
 		}
 	}
@@ -282,7 +281,7 @@ func (m *Manager) LookupSandbox(ctx context.Context, id string) (api.Sandbox, er
 	return b.view(), nil
 }
 
-// get returns sandbox id for the caller of ctx. A pooled sandbox (not
+// get returns sandbox id for the caller of ctx. A hidden sandbox (not
 // handed out yet) and another tenant's sandbox are ErrNotFound, exactly
 // like an unknown id: this is where tenants are kept apart, since every
 // call naming a sandbox comes through here.
@@ -290,7 +289,7 @@ func (m *Manager) get(ctx context.Context, id string) (*box, error) {
 	m.mu.Lock()
 	b, ok := m.sandboxes[id]
 	m.mu.Unlock()
-	if !ok || b.pooled() || !tenant.From(ctx).Sees(b.owner()) {
+	if !ok || b.isHidden() || !tenant.From(ctx).Sees(b.owner()) {
 		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	return b, nil
