@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,16 +20,17 @@ import (
 // A hidden sandbox is an ordinary sandbox of the core's table that no
 // tenant can see: every lookup by id (and so every API call naming it),
 // ListSandboxes and tenancy admission (Holdings) skip it, exactly as if it
-// did not exist. It is made ahead of need by CreateHidden, may be paused
-// (PauseHidden) and is either handed out, once, to a create request
+// did not exist. It is made ahead of need, set up and paused by
+// CreateHidden, and is either handed out, once, to a create request
 // (HandOut), after which it is an ordinary sandbox, or deleted
 // (DeleteHidden). Its record names its holder, so a hidden sandbox never
 // outlives its daemon: Recover deletes those an earlier daemon left.
 //
 // Scenario, a warm pool:
 //
-//  1. The pool fills: CreateHidden, then (the pool's own step) fresh
-//     identity files through h.Guest(), then PauseHidden.
+//  1. The pool fills: CreateHidden, with the pool's own set-up step
+//     (fresh identity files through h.Guest()) before the sandbox is
+//     paused.
 //  2. A create request arrives: the core validates and prepares it,
 //     resolves its template and admits it against its tenant's quotas,
 //     then asks each CreateInterceptor, in registration order, whether it
@@ -59,16 +61,15 @@ type HiddenCore interface {
 	// ResolveTemplate resolves template name (NAME or NAME@VERSION) as the
 	// caller of ctx sees it, building a builtin one on first use.
 	ResolveTemplate(ctx context.Context, name string) (templates.Template, error)
-	// CreateHidden creates a running hidden sandbox of template tmpl as
-	// req asks (its resources, environment, hostname), recorded as held by
-	// holder (not ""). Nothing admits it against a tenant's quotas and no
+	// CreateHidden creates a hidden sandbox of template tmpl as req asks
+	// (its resources, environment, hostname), recorded as held by holder
+	// (not ""); then it runs setup (nil: none) on the running sandbox,
+	// without its lock held (no one else can reach it), and pauses it
+	// (cause api.CausePool) unless the backend cannot freeze, which leaves
+	// it running. Nothing admits it against a tenant's quotas and no
 	// PrepareHook sees req; the start and create hooks run as for any
-	// create, and on error nothing of it is left.
-	CreateHidden(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template, holder string) (*Handle, error)
-	// PauseHidden freezes hidden sandbox h (cause api.CausePool). Pausing
-	// a paused sandbox does nothing; a backend that cannot freeze is
-	// ErrFailedPrecondition and leaves it running.
-	PauseHidden(ctx context.Context, h *Handle) error
+	// create. On error (setup's included) nothing of it is left.
+	CreateHidden(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template, holder string, setup func(context.Context, *Handle) error) (*Handle, error)
 	// DeleteHidden deletes hidden sandbox h (cause api.CausePool), on a
 	// context without cancellation. A second call, or a call for a sandbox
 	// that was handed out, is ErrNotFound.
@@ -123,7 +124,7 @@ func (m *Manager) ResolveTemplate(ctx context.Context, name string) (templates.T
 }
 
 // CreateHidden implements HiddenCore.
-func (m *Manager) CreateHidden(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template, holder string) (*Handle, error) {
+func (m *Manager) CreateHidden(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template, holder string, setup func(context.Context, *Handle) error) (*Handle, error) {
 	if holder == "" {
 		return nil, fmt.Errorf("creating a hidden sandbox without a holder: %w", errdefs.ErrInvalidArgument)
 	}
@@ -137,18 +138,31 @@ func (m *Manager) CreateHidden(ctx context.Context, req api.CreateSandboxRequest
 	if b == nil {
 		return nil, fmt.Errorf("hidden sandbox %s vanished: %w", sb.ID, errdefs.ErrNotFound)
 	}
-	return m.handle(b), nil
+	h := m.handle(b)
+	if setup != nil {
+		if err := setup(ctx, h); err != nil {
+			m.discardHidden(ctx, b, "set-up failed")
+			return nil, err
+		}
+	}
+	b.life.Lock()
+	err = m.pauseLocked(ctx, b, api.CausePool, "")
+	b.life.Unlock()
+	if err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) { // a backend that cannot freeze keeps it running
+		m.discardHidden(ctx, b, "pause failed")
+		return nil, err
+	}
+	return h, nil
 }
 
-// PauseHidden implements HiddenCore.
-func (m *Manager) PauseHidden(ctx context.Context, h *Handle) error {
-	b := h.b
+// discardHidden deletes hidden sandbox b that CreateHidden could not
+// finish.
+func (m *Manager) discardHidden(ctx context.Context, b *box, why string) {
 	b.life.Lock()
 	defer b.life.Unlock()
-	if !b.isHidden() {
-		return fmt.Errorf("sandbox %s is not hidden: %w", b.id(), errdefs.ErrNotFound)
+	if err := m.deleteLocked(ctx, b, api.CausePool); err != nil && !errdefs.IsNotFound(err) {
+		m.log.ErrorContext(ctx, "deleting hidden sandbox", "sandbox", b.id(), "why", why, "err", err)
 	}
-	return m.pauseLocked(ctx, b, api.CausePool, "")
 }
 
 // DeleteHidden implements HiddenCore.

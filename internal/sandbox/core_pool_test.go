@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"errors"
+	"os"
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
@@ -18,12 +20,19 @@ func TestHiddenSandboxLifecycle(t *testing.T) {
 	ctx := context.Background()
 	tmpl := templates.Template{Name: "tpl", ID: "tpl-1", Layers: []string{t.TempDir()}, Env: map[string]string{"A": "tmpl", "B": "tmpl"}}
 
-	if _, err := m.CreateHidden(ctx, api.CreateSandboxRequest{Template: "tpl"}, tmpl, ""); !errdefs.IsInvalidArgument(err) {
+	if _, err := m.CreateHidden(ctx, api.CreateSandboxRequest{Template: "tpl"}, tmpl, "", nil); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("create hidden without a holder: %v", err)
 	}
-	h, err := m.CreateHidden(ctx, api.CreateSandboxRequest{Template: "tpl"}, tmpl, "tpl")
+	var setupRan bool
+	h, err := m.CreateHidden(ctx, api.CreateSandboxRequest{Template: "tpl"}, tmpl, "tpl", func(ctx context.Context, h *Handle) error {
+		setupRan = h.Live() && !be.get(h.ID()).isPaused()
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !setupRan {
+		t.Fatal("set-up did not run on the running sandbox")
 	}
 	id := h.ID()
 	if _, err := m.GetSandbox(ctx, id); !errdefs.IsNotFound(err) {
@@ -38,11 +47,8 @@ func TestHiddenSandboxLifecycle(t *testing.T) {
 	if n, _ := m.Holdings(tenant.Admin.Tenant); n != 0 {
 		t.Fatalf("holdings count a hidden sandbox: %d", n)
 	}
-	if err := m.PauseHidden(ctx, h); err != nil {
-		t.Fatal(err)
-	}
 	if !be.get(id).isPaused() {
-		t.Fatal("pause hidden did not freeze")
+		t.Fatal("hidden sandbox not frozen after its set-up")
 	}
 
 	other := tmpl
@@ -81,9 +87,6 @@ func TestHiddenSandboxLifecycle(t *testing.T) {
 	if err := m.DeleteHidden(ctx, h); !errdefs.IsNotFound(err) {
 		t.Fatalf("delete hidden of a handed-out sandbox: %v, want not found", err)
 	}
-	if err := m.PauseHidden(ctx, h); !errdefs.IsNotFound(err) {
-		t.Fatalf("pause hidden of a handed-out sandbox: %v, want not found", err)
-	}
 	if got := state(t, m, id); got != api.StateRunning {
 		t.Fatalf("state after refused hidden calls %s", got)
 	}
@@ -93,7 +96,7 @@ func TestDeleteHidden(t *testing.T) {
 	m, _, be := newTestManager(t)
 	ctx := context.Background()
 	tmpl := templates.Template{Name: "tpl", ID: "tpl-1", Layers: []string{t.TempDir()}}
-	h, err := m.CreateHidden(ctx, api.CreateSandboxRequest{Template: "tpl"}, tmpl, "tpl")
+	h, err := m.CreateHidden(ctx, api.CreateSandboxRequest{Template: "tpl"}, tmpl, "tpl", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +111,33 @@ func TestDeleteHidden(t *testing.T) {
 	}
 	if _, err := m.HandOut(ctx, h, api.CreateSandboxRequest{Template: "tpl"}, tmpl); !errdefs.IsNotFound(err) {
 		t.Fatalf("hand out a deleted sandbox: %v, want not found", err)
+	}
+}
+
+func TestCreateHiddenSetupFails(t *testing.T) {
+	m, _, be := newTestManager(t)
+	ctx := context.Background()
+	tmpl := templates.Template{Name: "tpl", ID: "tpl-1", Layers: []string{t.TempDir()}}
+	var id string
+	boom := errors.New("boom")
+	_, err := m.CreateHidden(ctx, api.CreateSandboxRequest{Template: "tpl"}, tmpl, "tpl", func(ctx context.Context, h *Handle) error {
+		id = h.ID()
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("create hidden with a failing set-up: %v", err)
+	}
+	if !be.get(id).isDestroyed() {
+		t.Fatal("sandbox of a failed set-up left running")
+	}
+	m.mu.Lock()
+	_, left := m.sandboxes[id]
+	m.mu.Unlock()
+	if left {
+		t.Fatal("sandbox of a failed set-up left in the table")
+	}
+	if _, err := os.Stat(m.paths(id).dir); !os.IsNotExist(err) {
+		t.Fatalf("sandbox dir of a failed set-up: %v", err)
 	}
 }
 
@@ -155,7 +185,7 @@ func TestInterceptSuppliesCreate(t *testing.T) {
 	if _, ok := m.intercept(ctx, api.CreateSandboxRequest{Template: "tpl"}, tmpl); ok {
 		t.Fatal("an interceptor with nothing supplied a sandbox")
 	}
-	h, err := m.CreateHidden(ctx, api.CreateSandboxRequest{Template: "tpl"}, tmpl, "tpl")
+	h, err := m.CreateHidden(ctx, api.CreateSandboxRequest{Template: "tpl"}, tmpl, "tpl", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -310,23 +310,10 @@ func (ps *Keeper) create(ctx context.Context, name string) (*sandbox.Handle, err
 	if err != nil {
 		return nil, err
 	}
-	h, err := ps.core.CreateHidden(ctx, api.CreateSandboxRequest{Template: name}, tmpl, name)
-	if err != nil {
-		return nil, err
-	}
 	// Its identity is its own from the start: a pooled sandbox is handed
 	// out at most once, so an identity written now is as fresh as one
 	// written at the claim, and costs the claim nothing.
-	if err := writeIdentity(ctx, h); err != nil {
-		ps.discard(h, "identity")
-		return nil, fmt.Errorf("writing identity: %w", err)
-	}
-	err = ps.core.PauseHidden(ctx, h)
-	if err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) { // a backend that cannot freeze keeps it running
-		ps.discard(h, "pause failed")
-		return nil, err
-	}
-	return h, nil
+	return ps.core.CreateHidden(ctx, api.CreateSandboxRequest{Template: name}, tmpl, name, writeIdentity)
 }
 
 // discard deletes a pooled sandbox.
@@ -425,7 +412,7 @@ func random(n int) []byte {
 func writeIdentity(ctx context.Context, h *sandbox.Handle) error {
 	g := h.Guest()
 	if g == nil {
-		return fmt.Errorf("sandbox %s has no guest: %w", h.ID(), errdefs.ErrConflict)
+		return fmt.Errorf("writing identity: sandbox %s has no guest: %w", h.ID(), errdefs.ErrConflict)
 	}
 	errs := make([]error, len(identityFiles))
 	var wg sync.WaitGroup
@@ -437,5 +424,8 @@ func writeIdentity(ctx context.Context, h *sandbox.Handle) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("writing identity: %w", err)
+	}
+	return nil
 }

@@ -28,11 +28,10 @@ func (fakeCore) ResolveTemplate(ctx context.Context, name string) (templates.Tem
 	return templates.Template{Name: name, ID: name + "-1"}, nil
 }
 
-func (fakeCore) CreateHidden(context.Context, api.CreateSandboxRequest, templates.Template, string) (*sandbox.Handle, error) {
+func (fakeCore) CreateHidden(context.Context, api.CreateSandboxRequest, templates.Template, string, func(context.Context, *sandbox.Handle) error) (*sandbox.Handle, error) {
 	return nil, errors.New("no sandboxes here")
 }
 
-func (fakeCore) PauseHidden(context.Context, *sandbox.Handle) error  { return nil }
 func (fakeCore) DeleteHidden(context.Context, *sandbox.Handle) error { return nil }
 func (fakeCore) HandOut(context.Context, *sandbox.Handle, api.CreateSandboxRequest, templates.Template) (api.Sandbox, error) {
 	return api.Sandbox{}, errors.New("nothing to hand out")
