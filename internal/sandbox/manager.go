@@ -5,9 +5,10 @@
 // sandboxes only through the Manager's methods, so metering, audit and
 // policy have one place to live.
 //
-// Features (secrets and run tokens, events, tunnels, network policy) are
-// not called by the core: they are Extensions, given to New, that attach
-// through the extension points of hooks.go. This package imports no
+// Features (secrets and run tokens, events, tunnels, network policy, warm
+// pools) are not called by the core: they are Extensions, given to New,
+// that attach through the extension points of hooks.go (and, for warm
+// pools, the hidden sandboxes of core_pool.go). This package imports no
 // feature package; see docs/EXTENSIONS.md.
 //
 // Concurrency: Manager methods are safe for concurrent use. Operations on one
