@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandboxevents"
 	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/snapshot"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant/registry"
@@ -206,6 +207,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
+	snaps := snapshot.New(snapshot.Config{Layers: ls, Checkpoints: st, IDs: ids, Quotas: reg, Logger: log})
 	// The warm pools fill only when SetPools starts them, after recovery.
 	pools := warmpool.New(warmpool.Config{DataDir: cfg.DataDir, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
@@ -234,9 +236,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// Secrets first: its stream wrapper is the outermost, so
 		// redaction sees what every other wrapper passes on; its exec
 		// environment wins over the network's. Tunnels before the
-		// network, which refreshes them. The warm pools' sandboxes get
-		// every other extension's hooks when they are made.
-		Extensions: []sandbox.Extension{sec, events, tun, network, pools},
+		// network, which refreshes them. Checkpoints after them: a
+		// deleted sandbox's implicit checkpoints go after every other
+		// feature forgot it. The warm pools' sandboxes get every other
+		// extension's hooks when they are made.
+		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, pools},
 		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (sandbox.Templates, error) {
 			return templates.New(templates.Config{
 				DataDir: filepath.Join(cfg.DataDir, "templates"),
@@ -251,7 +255,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	pipe, err := newPipeline(cfg, mgr, network, st, log)
+	pipe, err := newPipeline(cfg, mgr, network, snaps, st, log)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +284,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(mgr)
-	svc := service{mgr, sec, events, network, pools, pipe, tenants, gc}
+	svc := service{mgr, sec, events, network, snaps, pools, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -378,6 +382,7 @@ type service struct {
 	*runsecrets.Secrets     // secrets API
 	*sandboxevents.Recorder // sandbox events API
 	*sandboxnet.Network     // network policy and egress log API
+	*snapshot.Snapshots     // checkpoints, restore, fork, diff and merge API
 	*warmpool.Keeper        // warm pools API
 	*pipelineAPI
 	*tenantAPI
@@ -385,9 +390,12 @@ type service struct {
 }
 
 var (
-	_ httpapi.Service        = service{}
-	_ httpapi.SecretService  = service{} // runsecrets
-	_ httpapi.EventService   = service{} // sandboxevents
-	_ httpapi.NetworkService = service{} // sandboxnet
-	_ httpapi.PoolService    = service{} // warmpool
+	_ httpapi.Service           = service{}
+	_ httpapi.SecretService     = service{} // runsecrets
+	_ httpapi.EventService      = service{} // sandboxevents
+	_ httpapi.NetworkService    = service{} // sandboxnet
+	_ httpapi.DiffService       = service{} // snapshot
+	_ httpapi.MergeService      = service{} // snapshot
+	_ httpapi.CheckpointService = service{} // snapshot
+	_ httpapi.PoolService       = service{} // warmpool
 )

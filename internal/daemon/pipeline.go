@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/snapshot"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -45,12 +46,19 @@ var (
 // sandboxes are recovered. Webhook secrets are sealed with a key derived
 // from the master secrets key (read again from its file, created by
 // setupSecrets).
-// pipelineSandboxes is what the pipeline runs on: the Manager, and the
+// pipelineSandboxes is what the pipeline runs on: the Manager, the
 // network feature's egress log (pipeline.EgressLogger: runs are charged
-// their egress bytes).
+// their egress bytes), and the checkpoint feature's exec transactions.
 type pipelineSandboxes struct {
 	*sandbox.Manager
 	*sandboxnet.Network
+	snaps *snapshot.Snapshots
+}
+
+// Exec runs through the checkpoint feature, which serves checkpoint_before
+// and rollback_on_failure and passes every other exec on to the Manager.
+func (s pipelineSandboxes) Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
+	return s.snaps.Exec(ctx, id, req)
 }
 
 var (
@@ -58,8 +66,8 @@ var (
 	_ pipeline.EgressLogger = pipelineSandboxes{}
 )
 
-func newPipeline(cfg *config.Config, mgr *sandbox.Manager, network *sandboxnet.Network, st *store.Bolt, log *slog.Logger) (*pipelineAPI, error) {
-	p, err := pipeline.New(pipeline.Config{Sandboxes: pipelineSandboxes{mgr, network}, Store: st, Logger: log, JournalPath: filepath.Join(cfg.DataDir, "runs.journal")})
+func newPipeline(cfg *config.Config, mgr *sandbox.Manager, network *sandboxnet.Network, snaps *snapshot.Snapshots, st *store.Bolt, log *slog.Logger) (*pipelineAPI, error) {
+	p, err := pipeline.New(pipeline.Config{Sandboxes: pipelineSandboxes{mgr, network, snaps}, Store: st, Logger: log, JournalPath: filepath.Join(cfg.DataDir, "runs.journal")})
 	if err != nil {
 		return nil, err
 	}

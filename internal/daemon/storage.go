@@ -47,7 +47,7 @@ func (s service) DeleteSandbox(ctx context.Context, id string) error {
 
 // DeleteCheckpoint deletes, then collects layers nothing uses any more.
 func (s service) DeleteCheckpoint(ctx context.Context, cid string) error {
-	if err := s.Manager.DeleteCheckpoint(ctx, cid); err != nil {
+	if err := s.Snapshots.DeleteCheckpoint(ctx, cid); err != nil {
 		return err
 	}
 	s.gc.trigger()

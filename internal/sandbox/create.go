@@ -376,7 +376,7 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 	if err := m.store.DeleteSandbox(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("deleting record: %w", err))
 	}
-	m.releaseCheckpoints(ctx, id)
+	m.releaseLayers(ctx, id)
 	m.mu.Lock()
 	delete(m.sandboxes, id)
 	m.mu.Unlock()

@@ -43,13 +43,19 @@ func mergeEnv(b *box, req *api.ExecRequest) {
 	req.Env = env
 }
 
-// Exec starts a process in the sandbox and streams its events.
+// Exec starts a process in the sandbox and streams its events. A request
+// with CheckpointBefore or RollbackOnFailure is refused with
+// ErrFailedPrecondition: exec transactions are the checkpoint feature's
+// (snapshot.Snapshots.Exec), which clears both before it calls Exec.
 func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
+	if req.CheckpointBefore || req.RollbackOnFailure {
+		// Exec transactions are the checkpoint feature's
+		// (internal/snapshot), which clears both before it calls Exec:
+		// never run a command without the checkpoint it asked for.
+		return nil, fmt.Errorf("exec in sandbox %s: checkpoint_before and rollback_on_failure need exec transactions, not configured: %w", id, errdefs.ErrFailedPrecondition)
+	}
 	if err := m.admitExec(ctx, id); err != nil {
 		return nil, err
-	}
-	if req.CheckpointBefore || req.RollbackOnFailure {
-		return m.execTransaction(ctx, id, req)
 	}
 	b, release, err := m.acquire(ctx, id)
 	if err != nil {

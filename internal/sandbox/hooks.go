@@ -57,8 +57,8 @@ import (
 // Extension is a feature attached to the core. It implements any of the
 // hook interfaces of this file (PrepareHook, CreateHook, StartHook, StopHook,
 // DeleteHook, RecoverHook, PurgeHook, ExecWrapper, StreamWrapper, Observer,
-// Provisioner, and CreateInterceptor of core_pool.go); New checks each
-// with a type assertion, once.
+// Provisioner), RescueHook (core_snapshot.go) and CreateInterceptor
+// (core_pool.go); New checks each with a type assertion, once.
 type Extension interface {
 	// Name names the extension in logs (a hook's logged error says which
 	// extension it came from).

@@ -5,10 +5,11 @@
 // sandboxes only through the Manager's methods, so metering, audit and
 // policy have one place to live.
 //
-// Features (secrets and run tokens, events, tunnels, network policy, warm
-// pools) are not called by the core: they are Extensions, given to New,
-// that attach through the extension points of hooks.go (and, for warm
-// pools, the hidden sandboxes of core_pool.go). This package imports no
+// Features (secrets and run tokens, events, tunnels, network policy,
+// checkpoints, restore, fork, diff and merge, warm pools) are not called by
+// the core: they are Extensions, given to New, that attach through the
+// extension points of hooks.go (core_snapshot.go and core_pool.go add the
+// core's API for checkpoints and for warm pools). This package imports no
 // feature package; see docs/EXTENSIONS.md.
 //
 // Concurrency: Manager methods are safe for concurrent use. Operations on one
@@ -69,8 +70,9 @@ type Config struct {
 	// sandboxes that ask for them, with DiskQuotaErr as the reason.
 	DiskQuota    DiskQuota
 	DiskQuotaErr error
-	// Layers is the layer store templates live in; checkpoints are layers
-	// of it. Nil disables checkpoints, restore and fork.
+	// Layers is the layer store templates live in; checkpoints
+	// (internal/snapshot) are layers of it, and sandboxes forked or
+	// restored run on them (LayerOwner).
 	Layers *layers.Store
 	// Version is the daemon's version, reported by Info.
 	Version string

@@ -10,9 +10,9 @@ import (
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
-// PurgeTenant deletes what tenant owns besides sandboxes: its
-// checkpoints, its templates (saved, built and imported, and registered
-// specs) and what extensions keep for it (PurgeHook: its secrets), so that a later tenant of the same name starts
+// PurgeTenant deletes what tenant owns besides sandboxes: what extensions
+// keep for it (PurgeHook: its checkpoints, its secrets), then its templates
+// (saved, built and imported, and registered specs), so that a later tenant of the same name starts
 // with nothing. It fails with ErrConflict while the tenant still owns
 // sandboxes (they run on its checkpoints and templates; delete them
 // first). What could not be deleted is reported in the error and left
@@ -29,15 +29,11 @@ func (m *Manager) PurgeTenant(ctx context.Context, id string) error {
 	ctx = context.WithoutCancel(ctx)
 	as := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: id, Scope: api.ScopeFull})
 	var errs []error
-	if _, _, err := m.checkpoints(); err == nil {
-		cks, err := m.ListCheckpoints(as, "")
-		if err != nil {
+	// Extensions first: the checkpoint feature's checkpoints sit on the
+	// tenant's templates' layers.
+	for _, x := range m.hooks.purge {
+		if err := x.h.OnPurgeTenant(as, id); err != nil {
 			errs = append(errs, err)
-		}
-		for _, ck := range cks {
-			if err := m.DeleteCheckpoint(as, ck.ID); err != nil && !errdefs.IsNotFound(err) {
-				errs = append(errs, err)
-			}
 		}
 	}
 	if m.templates != nil {
@@ -47,11 +43,6 @@ func (m *Manager) PurgeTenant(ctx context.Context, id string) error {
 					errs = append(errs, err)
 				}
 			}
-		}
-	}
-	for _, x := range m.hooks.purge {
-		if err := x.h.OnPurgeTenant(as, id); err != nil {
-			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -68,7 +68,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		reaped++
 	}
 	m.removeOrphanDisks(ctx, known)
-	m.recoverCheckpoints(ctx)
+	m.recoverLayers(ctx)
 	m.reapHidden(ctx)
 	m.sweepOrphans(ctx)
 	m.log.InfoContext(ctx, "sandboxes recovered", "adopted", adopted, "reaped", reaped)

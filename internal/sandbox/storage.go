@@ -99,23 +99,6 @@ func (m *Manager) layerRoots(ctx context.Context) ([]string, error) {
 	return roots, nil
 }
 
-// boundChain returns l, or a squash of l's chain when it is deeper than the
-// store's MaxDepth. The unsquashed l is then removed unless something else
-// uses it (the collector takes it otherwise).
-func (m *Manager) boundChain(ctx context.Context, l layers.Layer) (layers.Layer, error) {
-	ls := m.cfg.Layers
-	sq, err := ls.Bound(ctx, l.ID, 0)
-	if err != nil {
-		return layers.Layer{}, fmt.Errorf("squashing layer chain: %w", err)
-	}
-	if sq.ID != l.ID {
-		if err := ls.Remove(context.WithoutCancel(ctx), l.ID); err != nil && !errdefs.IsConflict(err) && !errdefs.IsNotFound(err) {
-			m.log.WarnContext(ctx, "removing squashed layer", "layer", l.ID, "err", err)
-		}
-	}
-	return sq, nil
-}
-
 // ExportTemplate returns the OCI image archive of template name (built);
 // the caller closes it.
 func (m *Manager) ExportTemplate(ctx context.Context, name string) (io.ReadCloser, error) {
@@ -127,24 +110,6 @@ func (m *Manager) ExportTemplate(ctx context.Context, name string) (io.ReadClose
 		return nil, err
 	}
 	return oci.Export(ctx, m.cfg.Layers, t.ID, oci.Image{Name: name, Env: t.Env, Created: t.CreatedAt})
-}
-
-// ExportCheckpoint returns the OCI image archive of checkpoint cid: its
-// whole filesystem (template layers included); the caller closes it.
-func (m *Manager) ExportCheckpoint(ctx context.Context, cid string) (io.ReadCloser, error) {
-	_, ls, err := m.checkpoints()
-	if err != nil {
-		return nil, err
-	}
-	rec, err := m.checkpointRecord(ctx, cid)
-	if err != nil {
-		return nil, err
-	}
-	name := rec.Checkpoint.Name
-	if name == "" || !layerNameRE.MatchString(name) {
-		name = "checkpoint-" + rec.Checkpoint.ID
-	}
-	return oci.Export(ctx, ls, rec.Layer, oci.Image{Name: name, Env: rec.Env, Created: rec.Checkpoint.CreatedAt})
 }
 
 // ImportTemplate creates (or replaces) template name from an image archive

@@ -27,7 +27,7 @@ func (m *Manager) SaveTemplate(ctx context.Context, id string, req api.SaveTempl
 	}
 	defer unlock()
 	b.mu.Lock()
-	rt, lowers, upper, env := b.rt, slices.Clone(b.rec.Layers), b.rec.UpperDir, cloneMap(b.rec.Sandbox.Env)
+	lowers, env := slices.Clone(b.rec.Layers), cloneMap(b.rec.Sandbox.Env)
 	b.mu.Unlock()
 	if len(lowers) == 0 {
 		return api.TemplateVersion{}, fmt.Errorf("saving sandbox %s: it has no layers: %w", id, errdefs.ErrFailedPrecondition)
@@ -36,7 +36,7 @@ func (m *Manager) SaveTemplate(ctx context.Context, id string, req api.SaveTempl
 	if err != nil {
 		return api.TemplateVersion{}, fmt.Errorf("saving sandbox %s: top layer: %w", id, err)
 	}
-	layer, err := m.captureFrozen(ctx, rt, upper, parent.ID)
+	layer, err := m.captureFrozen(ctx, b, parent.ID)
 	if err != nil {
 		return api.TemplateVersion{}, fmt.Errorf("saving sandbox %s: %w", id, err)
 	}

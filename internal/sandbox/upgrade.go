@@ -290,42 +290,20 @@ func (m *Manager) swapRunnerLocked(ctx context.Context, b *box, from string, rn 
 			return fmt.Errorf("%w: %v; the previous guest did not start either: the sandbox runs the daemon's guest (runner %s): %w", errUpgradeFailed, upErr, def, errdefs.ErrFailedPrecondition)
 		}
 	}
-	// The sandbox's own filesystem does not take a guest: recreate it
-	// from its latest checkpoint, if it has one.
-	if ck, ok := m.latestCheckpoint(ctx, id); ok {
-		b.mu.Lock()
-		b.rec.Sandbox.Runner = m.defaultRunner()
-		b.mu.Unlock()
-		if err := m.restoreLocked(ctx, b, ck); err == nil {
-			m.setStateAndSave(ctx, b, api.StateRunning, "upgrade failed; restored latest checkpoint")
-			return fmt.Errorf("%w: %v; no guest started on the sandbox's files: it was restored to its latest checkpoint %s: %w", errUpgradeFailed, upErr, ck.Checkpoint.ID, errdefs.ErrFailedPrecondition)
-		}
+	// The sandbox's own filesystem does not take a guest: an extension
+	// (the checkpoint feature) may recreate it from its latest checkpoint.
+	b.mu.Lock()
+	b.rec.Sandbox.Runner = m.defaultRunner()
+	b.mu.Unlock()
+	if to, ok := m.rescue(ctx, b); ok {
+		m.setStateAndSave(ctx, b, api.StateRunning, "upgrade failed; restored latest checkpoint")
+		return fmt.Errorf("%w: %v; no guest started on the sandbox's files: it was restored to its latest checkpoint %s: %w", errUpgradeFailed, upErr, to, errdefs.ErrFailedPrecondition)
 	}
 	b.mu.Lock()
 	b.rec.Sandbox.Runner = from
 	b.mu.Unlock()
 	m.failLocked(ctx, b, "upgrade: no guest could be started")
 	return fmt.Errorf("%w: %v; no guest could be started again: %w", errUpgradeFailed, upErr, errdefs.ErrUnavailable)
-}
-
-// latestCheckpoint returns sandbox id's newest checkpoint.
-func (m *Manager) latestCheckpoint(ctx context.Context, id string) (store.CheckpointRecord, bool) {
-	cs, _, err := m.checkpoints()
-	if err != nil {
-		return store.CheckpointRecord{}, false
-	}
-	recs, err := cs.ListCheckpoints(ctx)
-	if err != nil {
-		return store.CheckpointRecord{}, false
-	}
-	var best store.CheckpointRecord
-	found := false
-	for _, r := range recs {
-		if r.Checkpoint.SandboxID == id && (!found || r.Checkpoint.CreatedAt.After(best.Checkpoint.CreatedAt)) {
-			best, found = r, true
-		}
-	}
-	return best, found
 }
 
 // failLocked records b as failed (only resume and delete work then).

@@ -390,7 +390,7 @@ func (ps *Keeper) DrainPools(ctx context.Context) {
 
 // identityFiles are what makes a sandbox's identity, written fresh into
 // every pooled sandbox through its guest, as the sandbox core writes them
-// into a fork's writable layer (internal/sandbox, fork.go).
+// into a fork's writable layer (internal/sandbox, identity.go).
 var identityFiles = []struct {
 	path string
 	mode uint32

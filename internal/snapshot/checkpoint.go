@@ -1,11 +1,9 @@
-package sandbox
+package snapshot
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -13,7 +11,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
-	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenant"
 	"github.com/agentbox/agentbox/internal/validate"
@@ -26,7 +24,7 @@ import (
 // whose parent is the top of the layers the sandbox runs on, plus a record
 // in the metadata store. The record holds a reference on its layer
 // ("checkpoint/<id>"); every sandbox that runs on a checkpoint (forked or restored) holds one on its top layer
-// ("sandbox/<id>"), so a checkpoint a sandbox runs on cannot be deleted.
+// (sandbox.LayerOwner), so a checkpoint a sandbox runs on cannot be deleted.
 // Sandboxes created from a template rely on the template's reference.
 //
 // Restore replaces the sandbox's layers by the checkpoint's chain and its
@@ -37,23 +35,21 @@ import (
 // runtime.Pauser; the filesystem path here would stay as it is.
 //
 // Checkpoint, restore and fork of a sandbox take its lifecycle lock
-// exclusively: they are serialised with each other, with delete, and with
-// the set-up of exec and file calls.
+// exclusively (sandbox.Manager.LockRunning): they are serialised with each
+// other, with delete, and with the set-up of exec and file calls.
 
 // Owners of layer references.
-func sandboxRef(id string) string    { return "sandbox/" + id }
 func checkpointRef(id string) string { return "checkpoint/" + id }
 
 const maxCheckpointName = 128
 
 // checkpoints returns the checkpoint store, or ErrFailedPrecondition when
 // the daemon was assembled without one.
-func (m *Manager) checkpoints() (store.CheckpointStore, *layers.Store, error) {
-	cs, ok := m.store.(store.CheckpointStore)
-	if !ok || m.cfg.Layers == nil {
+func (m *Snapshots) checkpoints() (store.CheckpointStore, *layers.Store, error) {
+	if m.cs == nil || m.ls == nil {
 		return nil, nil, fmt.Errorf("checkpoints need a layer store and a checkpoint store: %w", errdefs.ErrFailedPrecondition)
 	}
-	return cs, m.cfg.Layers, nil
+	return m.cs, m.ls, nil
 }
 
 func validateCheckpointRequest(req api.CreateCheckpointRequest) error {
@@ -63,47 +59,21 @@ func validateCheckpointRequest(req api.CreateCheckpointRequest) error {
 	return validate.Labels(req.Labels)
 }
 
-// lockRunning takes the sandbox's lifecycle lock exclusively and checks
-// that it is running, waking it first when it is paused or hibernated; the
-// caller calls unlock.
-func (m *Manager) lockRunning(ctx context.Context, id string) (b *box, unlock func(), err error) {
-	b, err = m.get(ctx, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := m.wakeIfAsleep(b, "checkpoint"); err != nil {
-		return nil, nil, err
-	}
-	b.life.Lock()
-	b.mu.Lock()
-	state, deleted := b.rec.Sandbox.State, b.deleted
-	b.mu.Unlock()
-	switch {
-	case deleted:
-		b.life.Unlock()
-		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-	case state != api.StateRunning:
-		b.life.Unlock()
-		return nil, nil, fmt.Errorf("sandbox %s is %s: %w", id, state, errdefs.ErrConflict)
-	}
-	return b, b.life.Unlock, nil
-}
-
 // CreateCheckpoint captures the sandbox's filesystem as a checkpoint. The
 // sandbox is frozen while its changes are copied and thawed on every path;
 // its processes keep running afterwards. The returned DurationMS is the
 // time it was frozen.
-func (m *Manager) CreateCheckpoint(ctx context.Context, id string, req api.CreateCheckpointRequest) (_ api.Checkpoint, err error) {
-	defer func() { m.observeID(ctx, OpCheckpoint, id, req.Name, err) }()
+func (m *Snapshots) CreateCheckpoint(ctx context.Context, id string, req api.CreateCheckpointRequest) (_ api.Checkpoint, err error) {
+	defer func() { m.report(ctx, sandbox.OpCheckpoint, id, req.Name, err) }()
 	if err := validateCheckpointRequest(req); err != nil {
 		return api.Checkpoint{}, fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
-	b, unlock, err := m.lockRunning(ctx, id)
+	h, unlock, err := m.sbx.LockRunning(ctx, id)
 	if err != nil {
 		return api.Checkpoint{}, err
 	}
 	defer unlock()
-	rec, err := m.checkpointLocked(ctx, b, req)
+	rec, err := m.checkpointLocked(ctx, h, req)
 	if err != nil {
 		return api.Checkpoint{}, fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
@@ -112,15 +82,14 @@ func (m *Manager) CreateCheckpoint(ctx context.Context, id string, req api.Creat
 	return rec.Checkpoint, nil
 }
 
-// checkpointLocked does CreateCheckpoint with b.life held exclusively.
-func (m *Manager) checkpointLocked(ctx context.Context, b *box, req api.CreateCheckpointRequest) (store.CheckpointRecord, error) {
+// checkpointLocked does CreateCheckpoint with h's lock held exclusively.
+func (m *Snapshots) checkpointLocked(ctx context.Context, h *sandbox.Handle, req api.CreateCheckpointRequest) (store.CheckpointRecord, error) {
 	cs, ls, err := m.checkpoints()
 	if err != nil {
 		return store.CheckpointRecord{}, err
 	}
-	b.mu.Lock()
-	sb, rt, lowers, upper := b.rec.Sandbox, b.rt, slices.Clone(b.rec.Layers), b.rec.UpperDir
-	b.mu.Unlock()
+	sb := h.Sandbox()
+	upper, lowers := h.Dirs()
 	if len(lowers) == 0 {
 		return store.CheckpointRecord{}, fmt.Errorf("sandbox has no layers: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -130,7 +99,11 @@ func (m *Manager) checkpointLocked(ctx context.Context, b *box, req api.CreateCh
 	}
 
 	start := time.Now()
-	layer, err := m.captureFrozen(ctx, rt, upper, parent.ID)
+	var layer layers.Layer
+	err = h.Frozen(ctx, func() (err error) {
+		layer, err = ls.CreateFromCopy(ctx, upper, layers.CreateOptions{Parent: parent.ID})
+		return err
+	})
 	frozen := time.Since(start)
 	if err != nil {
 		return store.CheckpointRecord{}, err
@@ -143,13 +116,13 @@ func (m *Manager) checkpointLocked(ctx context.Context, b *box, req api.CreateCh
 	if err != nil {
 		return store.CheckpointRecord{}, err
 	}
-	cid := newID()
+	cid := sandbox.NewID()
 	rec := store.CheckpointRecord{
 		Checkpoint: api.Checkpoint{
 			ID:         cid,
 			Tenant:     tenant.Owner(sb.Tenant),
 			Name:       req.Name,
-			Labels:     cloneMap(req.Labels),
+			Labels:     maps.Clone(req.Labels),
 			SandboxID:  sb.ID,
 			Template:   sb.Template,
 			SizeBytes:  layer.Size,
@@ -157,7 +130,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, b *box, req api.CreateCh
 			DurationMS: frozen.Milliseconds(),
 		},
 		Layer:      layer.ID,
-		Env:        cloneMap(sb.Env),
+		Env:        maps.Clone(sb.Env),
 		Resources:  sb.Resources,
 		TemplateID: sb.TemplateID,
 	}
@@ -184,26 +157,10 @@ func (m *Manager) checkpointLocked(ctx context.Context, b *box, req api.CreateCh
 	return rec, nil
 }
 
-// captureFrozen freezes rt (when its backend can), copies upper into a new
-// layer on parent, and thaws, whatever happens in between.
-func (m *Manager) captureFrozen(ctx context.Context, rt runtime.Sandbox, upper, parent string) (_ layers.Layer, err error) {
-	if p, ok := rt.(runtime.Pauser); ok {
-		if err := p.Pause(ctx); err != nil {
-			return layers.Layer{}, err
-		}
-		defer func() {
-			if rerr := p.Resume(context.WithoutCancel(ctx)); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("thawing: %w", rerr))
-			}
-		}()
-	}
-	return m.cfg.Layers.CreateFromCopy(ctx, upper, layers.CreateOptions{Parent: parent})
-}
-
 // dropLayer releases owner's reference on layer id and removes the layer
 // when nothing else uses it. A layer still in use is kept (not an error).
-func (m *Manager) dropLayer(ctx context.Context, id, owner string) {
-	ls := m.cfg.Layers
+func (m *Snapshots) dropLayer(ctx context.Context, id, owner string) {
+	ls := m.ls
 	if err := ls.Unref(ctx, id, owner); err != nil {
 		m.log.WarnContext(ctx, "releasing layer", "layer", id, "owner", owner, "err", err)
 		return
@@ -220,7 +177,7 @@ func (m *Manager) dropLayer(ctx context.Context, id, owner string) {
 // ListCheckpoints returns the checkpoints taken of sandbox id, oldest
 // first; id "" lists all. Checkpoints outlive their sandbox: listing those
 // of a deleted sandbox works while any are left, then it is ErrNotFound.
-func (m *Manager) ListCheckpoints(ctx context.Context, id string) ([]api.Checkpoint, error) {
+func (m *Snapshots) ListCheckpoints(ctx context.Context, id string) ([]api.Checkpoint, error) {
 	cs, _, err := m.checkpoints()
 	if err != nil {
 		return nil, err
@@ -238,7 +195,7 @@ func (m *Manager) ListCheckpoints(ctx context.Context, id string) ([]api.Checkpo
 		}
 	}
 	if id != "" && len(out) == 0 {
-		if _, err := m.get(ctx, id); err != nil {
+		if _, err := m.sbx.Handle(ctx, id); err != nil {
 			return nil, err
 		}
 	}
@@ -252,7 +209,7 @@ func (m *Manager) ListCheckpoints(ctx context.Context, id string) ([]api.Checkpo
 }
 
 // GetCheckpoint returns one checkpoint.
-func (m *Manager) GetCheckpoint(ctx context.Context, cid string) (api.Checkpoint, error) {
+func (m *Snapshots) GetCheckpoint(ctx context.Context, cid string) (api.Checkpoint, error) {
 	rec, err := m.checkpointRecord(ctx, cid)
 	if err != nil {
 		return api.Checkpoint{}, err
@@ -263,7 +220,7 @@ func (m *Manager) GetCheckpoint(ctx context.Context, cid string) (api.Checkpoint
 
 // checkpointRecord returns checkpoint cid if the caller of ctx may see it;
 // another tenant's checkpoint is ErrNotFound exactly like an unknown id.
-func (m *Manager) checkpointRecord(ctx context.Context, cid string) (store.CheckpointRecord, error) {
+func (m *Snapshots) checkpointRecord(ctx context.Context, cid string) (store.CheckpointRecord, error) {
 	cs, _, err := m.checkpoints()
 	if err != nil {
 		return store.CheckpointRecord{}, err
@@ -281,7 +238,7 @@ func (m *Manager) checkpointRecord(ctx context.Context, cid string) (store.Check
 // findCheckpointNamed finds ref, a checkpoint id, else the newest
 // checkpoint named ref among those the caller of ctx sees that match
 // (nil: all).
-func (m *Manager) findCheckpointNamed(ctx context.Context, ref string, match func(api.Checkpoint) bool) (store.CheckpointRecord, error) {
+func (m *Snapshots) findCheckpointNamed(ctx context.Context, ref string, match func(api.Checkpoint) bool) (store.CheckpointRecord, error) {
 	cs, _, err := m.checkpoints()
 	if err != nil {
 		return store.CheckpointRecord{}, err
@@ -310,7 +267,7 @@ func (m *Manager) findCheckpointNamed(ctx context.Context, ref string, match fun
 
 // resolveCheckpoint finds ref, a checkpoint id or the name of one of sandbox
 // id's checkpoints (the newest of that name).
-func (m *Manager) resolveCheckpoint(ctx context.Context, id, ref string) (store.CheckpointRecord, error) {
+func (m *Snapshots) resolveCheckpoint(ctx context.Context, id, ref string) (store.CheckpointRecord, error) {
 	return m.findCheckpointNamed(ctx, ref, func(c api.Checkpoint) bool { return c.SandboxID == id })
 }
 
@@ -318,8 +275,8 @@ func (m *Manager) resolveCheckpoint(ctx context.Context, id, ref string) (store.
 // sandbox runs on its layer (restored to it or forked from it) and no other
 // checkpoint of identical content holds that layer. Its layer is
 // removed unless other checkpoints share it or are stacked on it.
-func (m *Manager) DeleteCheckpoint(ctx context.Context, cid string) (err error) {
-	defer func() { m.observeID(ctx, OpDeleteCheckpoint, "", cid, err) }()
+func (m *Snapshots) DeleteCheckpoint(ctx context.Context, cid string) (err error) {
+	defer func() { m.report(ctx, sandbox.OpDeleteCheckpoint, "", cid, err) }()
 	cs, ls, err := m.checkpoints()
 	if err != nil {
 		return err
@@ -359,8 +316,8 @@ func (m *Manager) DeleteCheckpoint(ctx context.Context, cid string) (err error) 
 // of its checkpoints): its guest and every process are stopped, its layers
 // become the checkpoint's chain with an empty writable layer on top, and
 // the guest is started again under the same id, hostname and socket.
-func (m *Manager) Restore(ctx context.Context, id, ref string) (_ api.RestoreResult, err error) {
-	defer func() { m.observeID(ctx, OpRestore, id, ref, err) }()
+func (m *Snapshots) Restore(ctx context.Context, id, ref string) (_ api.RestoreResult, err error) {
+	defer func() { m.report(ctx, sandbox.OpRestore, id, ref, err) }()
 	if ref == "" {
 		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: checkpoint is required: %w", id, errdefs.ErrInvalidArgument)
 	}
@@ -368,137 +325,60 @@ func (m *Manager) Restore(ctx context.Context, id, ref string) (_ api.RestoreRes
 	if err != nil {
 		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: %w", id, err)
 	}
-	b, unlock, err := m.lockRunning(ctx, id)
+	h, unlock, err := m.sbx.LockRunning(ctx, id)
 	if err != nil {
 		return api.RestoreResult{}, err
 	}
 	defer unlock()
 	start := time.Now()
-	if err := m.restoreLocked(ctx, b, rec); err != nil {
+	if err := m.restoreLocked(ctx, h, rec); err != nil {
 		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: %w", id, err)
 	}
 	d := time.Since(start)
 	m.log.InfoContext(ctx, "sandbox restored", "sandbox", id, "checkpoint", rec.Checkpoint.ID, "ms", d.Milliseconds())
-	return api.RestoreResult{Sandbox: b.view(), Checkpoint: rec.Checkpoint.ID, DurationMS: d.Milliseconds()}, nil
+	return api.RestoreResult{Sandbox: h.Sandbox(), Checkpoint: rec.Checkpoint.ID, DurationMS: d.Milliseconds()}, nil
 }
 
-// restoreLocked does Restore with b.life held exclusively. When the guest
-// cannot be started again the sandbox is left stopped (only delete works).
-func (m *Manager) restoreLocked(ctx context.Context, b *box, ck store.CheckpointRecord) error {
-	ls := m.cfg.Layers
+// restoreLocked does Restore with h's lock held exclusively: the
+// sandbox's reference moves to the checkpoint's layer and its files are
+// reset to it (sandbox.Handle.Reset). When the guest cannot be started
+// again the sandbox is left stopped (only delete works).
+func (m *Snapshots) restoreLocked(ctx context.Context, h *sandbox.Handle, ck store.CheckpointRecord) error {
+	ls := m.ls
 	paths, err := ls.Paths(ck.Layer)
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", ck.Checkpoint.ID, err)
 	}
 	ctx = context.WithoutCancel(ctx) // a half-done restore must be finished
-	b.mu.Lock()
-	rec := b.rec
-	b.mu.Unlock()
-	id := rec.Sandbox.ID
-	if err := ls.Ref(ctx, ck.Layer, sandboxRef(id)); err != nil {
+	id := h.ID()
+	_, lowers := h.Dirs()
+	if err := ls.Ref(ctx, ck.Layer, sandbox.LayerOwner(id)); err != nil {
 		return err
 	}
 	oldTop := ""
-	if len(rec.Layers) > 0 {
-		if l, err := ls.ByPath(rec.Layers[0]); err == nil {
+	if len(lowers) > 0 {
+		if l, err := ls.ByPath(lowers[0]); err == nil {
 			oldTop = l.ID
 		}
 	}
-	var old runtime.Sandbox
-	fail := func(err error) error {
-		b.mu.Lock()
-		b.rt = old
-		m.setStateLocked(b, api.StateStopped, api.CauseError, "restore failed")
-		r := b.rec
-		b.mu.Unlock()
-		r.UpdatedAt = time.Now().UTC()
-		if perr := m.store.PutSandbox(ctx, r); perr != nil {
-			m.log.ErrorContext(ctx, "saving sandbox record", "sandbox", id, "err", perr)
-		}
-		return err
-	}
-	old, err = m.stopGuestLocked(ctx, b)
-	if err != nil {
-		return fail(err)
-	}
-	trash, err := m.freshUpper(id)
-	if err != nil {
-		return fail(err)
-	}
-	go func() { _ = os.RemoveAll(trash) }()
-	if err := m.startGuestLocked(ctx, b, paths); err != nil {
-		return fail(err)
-	}
-	m.onStart(ctx, b, StartRestore)
-	if err := m.saveLocked(ctx, b); err != nil {
+	if err := h.Reset(ctx, paths); err != nil {
 		return err
 	}
 	if oldTop != "" && oldTop != ck.Layer {
-		if err := ls.Unref(ctx, oldTop, sandboxRef(id)); err != nil {
+		if err := ls.Unref(ctx, oldTop, sandbox.LayerOwner(id)); err != nil {
 			m.log.WarnContext(ctx, "releasing layer", "layer", oldTop, "err", err)
 		}
 	}
 	return nil
 }
 
-// freshUpper replaces the sandbox's upper and work dirs by empty ones owned
-// by the mapped root and returns the directory holding the old ones (for
-// the caller to remove; Recover removes leftovers).
-func (m *Manager) freshUpper(id string) (string, error) {
-	p := m.paths(id)
-	trash, err := os.MkdirTemp(p.dir, trashPrefix)
+// OnDelete implements sandbox.DeleteHook: when sandbox id is deleted
+// (the core has dropped its layer references), the checkpoints the daemon
+// took on its own (LabelImplicit) that no fork runs on are deleted.
+// Checkpoints the user asked for outlive the sandbox.
+func (m *Snapshots) OnDelete(ctx context.Context, id string) {
+	cs, _, err := m.checkpoints()
 	if err != nil {
-		return "", err
-	}
-	for _, d := range []string{p.upper, p.work} {
-		if err := os.Rename(d, filepath.Join(trash, filepath.Base(d))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return trash, err
-		}
-	}
-	if err := m.mkUpperWork(p); err != nil {
-		return trash, err
-	}
-	return trash, nil
-}
-
-// trashPrefix names directories of replaced upper dirs inside a sandbox dir.
-const trashPrefix = ".old-"
-
-func (m *Manager) mkUpperWork(p sandboxPaths) error {
-	for _, d := range []string{p.upper, p.work} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
-		}
-		if err := os.Lchown(d, int(m.cfg.IDs.HostID), int(m.cfg.IDs.HostID)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// releaseLayers drops every layer reference of sandbox id.
-func (m *Manager) releaseLayers(ctx context.Context, id string) {
-	if m.cfg.Layers == nil {
-		return
-	}
-	owner := sandboxRef(id)
-	for _, l := range m.cfg.Layers.List() {
-		if slices.Contains(l.Refs, owner) {
-			if err := m.cfg.Layers.Unref(ctx, l.ID, owner); err != nil {
-				m.log.WarnContext(ctx, "releasing layer", "layer", l.ID, "sandbox", id, "err", err)
-			}
-		}
-	}
-}
-
-// releaseCheckpoints runs when sandbox id is deleted: its layer references
-// are dropped, and so are the checkpoints the daemon took on its own
-// (LabelImplicit) that no fork runs on. Checkpoints the user asked for
-// outlive the sandbox.
-func (m *Manager) releaseCheckpoints(ctx context.Context, id string) {
-	m.releaseLayers(ctx, id)
-	cs, ok := m.store.(store.CheckpointStore)
-	if !ok || m.cfg.Layers == nil {
 		return
 	}
 	recs, err := cs.ListCheckpoints(ctx)
@@ -512,34 +392,6 @@ func (m *Manager) releaseCheckpoints(ctx context.Context, id string) {
 		}
 		if err := m.DeleteCheckpoint(ctx, r.Checkpoint.ID); err != nil && !errdefs.IsConflict(err) {
 			m.log.WarnContext(ctx, "deleting implicit checkpoint", "checkpoint", r.Checkpoint.ID, "err", err)
-		}
-	}
-}
-
-// recoverCheckpoints runs at start-up, after the sandboxes are recovered:
-// references of sandboxes that no longer exist are dropped and leftovers of
-// replaced upper dirs are removed.
-func (m *Manager) recoverCheckpoints(ctx context.Context) {
-	if m.cfg.Layers == nil {
-		return
-	}
-	m.mu.Lock()
-	live := make(map[string]bool, len(m.sandboxes))
-	for id := range m.sandboxes {
-		live[id] = true
-	}
-	m.mu.Unlock()
-	for _, l := range m.cfg.Layers.List() {
-		for _, r := range l.Refs {
-			if id, ok := strings.CutPrefix(r, "sandbox/"); ok && !live[id] {
-				_ = m.cfg.Layers.Unref(ctx, l.ID, r)
-			}
-		}
-	}
-	for id := range live {
-		old, _ := filepath.Glob(filepath.Join(m.paths(id).dir, trashPrefix+"*"))
-		for _, d := range old {
-			_ = os.RemoveAll(d)
 		}
 	}
 }

@@ -1,9 +1,8 @@
-package sandbox
+package snapshot
 
 import (
 	"archive/tar"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
-	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // Merge.
@@ -38,32 +37,6 @@ import (
 
 // maxResolutions bounds the per-path choices of one merge request.
 const maxResolutions = 10000
-
-// recordExtra is what the Manager keeps in store.SandboxRecord.Spec.
-type recordExtra struct {
-	// ForkBase is the id of the checkpoint the sandbox was forked from:
-	// the common ancestor of a merge with its parent or a sibling.
-	ForkBase string `json:"fork_base,omitempty"`
-	// Pool is the template whose warm pool holds the sandbox, until it is
-	// claimed (pool.go).
-	Pool string `json:"pool,omitempty"`
-}
-
-func extraOf(rec store.SandboxRecord) recordExtra {
-	var x recordExtra
-	if len(rec.Spec) > 0 {
-		_ = json.Unmarshal(rec.Spec, &x) // unknown or old content: no extra
-	}
-	return x
-}
-
-func setExtra(rec *store.SandboxRecord, x recordExtra) {
-	data, err := json.Marshal(x)
-	if err != nil {
-		panic(err) // plain strings
-	}
-	rec.Spec = data
-}
 
 func validateMerge(target string, req api.MergeRequest) error {
 	if req.From == "" || req.From == target {
@@ -91,37 +64,32 @@ func validateMerge(target string, req api.MergeRequest) error {
 // mergeBase finds the checkpoint that is the common ancestor of sandboxes
 // target and from: the fork base of one of them taken of the other, or the
 // fork base they share.
-func (m *Manager) mergeBase(ctx context.Context, target, from string) (store.CheckpointRecord, error) {
-	tb, err := m.get(ctx, target)
+func (m *Snapshots) mergeBase(ctx context.Context, target, from string) (api.Checkpoint, error) {
+	th, err := m.sbx.Handle(ctx, target)
 	if err != nil {
-		return store.CheckpointRecord{}, err
+		return api.Checkpoint{}, err
 	}
-	fb, err := m.get(ctx, from)
+	fh, err := m.sbx.Handle(ctx, from)
 	if err != nil {
-		return store.CheckpointRecord{}, fmt.Errorf("source: %w", err)
+		return api.Checkpoint{}, fmt.Errorf("source: %w", err)
 	}
-	tb.mu.Lock()
-	tBase := extraOf(tb.rec).ForkBase
-	tb.mu.Unlock()
-	fb.mu.Lock()
-	fBase := extraOf(fb.rec).ForkBase
-	fb.mu.Unlock()
+	tBase, fBase := th.ForkBase(), fh.ForkBase()
 	for _, cand := range []struct{ base, other string }{{fBase, target}, {tBase, from}} {
 		if cand.base == "" {
 			continue
 		}
-		rec, err := m.checkpointRecord(ctx, cand.base)
+		ck, err := m.GetCheckpoint(ctx, cand.base)
 		if errdefs.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return store.CheckpointRecord{}, err
+			return api.Checkpoint{}, err
 		}
-		if rec.Checkpoint.SandboxID == cand.other || cand.base == tBase && cand.base == fBase {
-			return rec, nil
+		if ck.SandboxID == cand.other || cand.base == tBase && cand.base == fBase {
+			return ck, nil
 		}
 	}
-	return store.CheckpointRecord{}, fmt.Errorf("sandboxes %s and %s have no common fork point (neither was forked from the other, nor both from one checkpoint that still exists): %w", from, target, errdefs.ErrFailedPrecondition)
+	return api.Checkpoint{}, fmt.Errorf("sandboxes %s and %s have no common fork point (neither was forked from the other, nor both from one checkpoint that still exists): %w", from, target, errdefs.ErrFailedPrecondition)
 }
 
 // mergePlan is the outcome of planning a merge.
@@ -218,8 +186,8 @@ func planMerge(ctx context.Context, base, ours, theirs *layers.View, req api.Mer
 // Merge merges the changes of sandbox req.From into sandbox target; see
 // the package comment above. With unresolved conflicts it returns the
 // result (with the conflicts) and an error wrapping errdefs.ErrConflict.
-func (m *Manager) Merge(ctx context.Context, target string, req api.MergeRequest) (_ api.MergeResult, err error) {
-	defer func() { m.observeID(ctx, OpMerge, target, "", err) }()
+func (m *Snapshots) Merge(ctx context.Context, target string, req api.MergeRequest) (_ api.MergeResult, err error) {
+	defer func() { m.report(ctx, sandbox.OpMerge, target, "", err) }()
 	if err := validateMerge(target, req); err != nil {
 		return api.MergeResult{}, fmt.Errorf("merging into %s: %w", target, err)
 	}
@@ -227,7 +195,7 @@ func (m *Manager) Merge(ctx context.Context, target string, req api.MergeRequest
 	if err != nil {
 		return api.MergeResult{}, fmt.Errorf("merging %s into %s: %w", req.From, target, err)
 	}
-	res := api.MergeResult{Base: base.Checkpoint.ID, Applied: []api.DiffChange{}, Conflicts: []api.MergeConflict{}}
+	res := api.MergeResult{Base: base.ID, Applied: []api.DiffChange{}, Conflicts: []api.MergeConflict{}}
 	var ours fsState
 	if req.DryRun {
 		if ours, err = m.sandboxState(ctx, target); err != nil {
@@ -291,8 +259,8 @@ func (m *Manager) Merge(ctx context.Context, target string, req api.MergeRequest
 // planMergeOf plans the merge of sandbox from into the state ours and
 // calls then with the plan while from's lifecycle lock is held shared (its
 // files are read from the host meanwhile).
-func (m *Manager) planMergeOf(ctx context.Context, base store.CheckpointRecord, ours fsState, from string, then func(fsState, mergePlan) error, req api.MergeRequest) (mergePlan, error) {
-	baseState, err := m.checkpointState(ctx, base.Checkpoint.ID)
+func (m *Snapshots) planMergeOf(ctx context.Context, base api.Checkpoint, ours fsState, from string, then func(fsState, mergePlan) error, req api.MergeRequest) (mergePlan, error) {
+	baseState, err := m.checkpointState(ctx, base.ID)
 	if err != nil {
 		return mergePlan{}, fmt.Errorf("merge base: %w", err)
 	}
@@ -317,7 +285,7 @@ func (m *Manager) planMergeOf(ctx context.Context, base store.CheckpointRecord, 
 // applyChanges writes changes (theirs, in path order) into sandbox id
 // through its guest: removals first (deepest first, and whatever a changed
 // type replaces), then one tar stream of every added or modified entry.
-func (m *Manager) applyChanges(ctx context.Context, id string, changes []layers.Change) error {
+func (m *Snapshots) applyChanges(ctx context.Context, id string, changes []layers.Change) error {
 	var removals []string
 	var writes []*layers.Entry
 	for _, c := range changes {
@@ -333,7 +301,7 @@ func (m *Manager) applyChanges(ctx context.Context, id string, changes []layers.
 	}
 	slices.SortFunc(removals, func(a, b string) int { return -strings.Compare(a, b) })
 	for _, p := range removals {
-		if err := m.Remove(ctx, id, p, true); err != nil && !errdefs.IsNotFound(err) {
+		if err := m.sbx.Remove(ctx, id, p, true); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("removing %s: %w", p, err)
 		}
 	}
@@ -342,7 +310,7 @@ func (m *Manager) applyChanges(ctx context.Context, id string, changes []layers.
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(pw, writes)) }()
-	err := m.WriteArchive(ctx, id, "/", pr)
+	err := m.sbx.WriteArchive(ctx, id, "/", pr)
 	pr.CloseWithError(io.ErrClosedPipe)
 	if err != nil {
 		return fmt.Errorf("writing changes: %w", err)

@@ -1,4 +1,4 @@
-package sandbox
+package snapshot
 
 import (
 	"context"
@@ -21,9 +21,23 @@ import (
 // The transaction does not depend on the client: it follows the command to
 // its end even when the stream is closed early, and rolls back then.
 
+// Exec is the sandbox core's Exec (it runs req in sandbox id and streams
+// its events) that also serves exec transactions: a request with
+// CheckpointBefore or RollbackOnFailure is admitted, checkpointed, and
+// passed on without them; any other request is passed on as it is.
+func (m *Snapshots) Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
+	if !req.CheckpointBefore && !req.RollbackOnFailure {
+		return m.sbx.Exec(ctx, id, req)
+	}
+	if err := m.admitExec(ctx, id); err != nil {
+		return nil, err
+	}
+	return m.execTransaction(ctx, id, req)
+}
+
 // execTransaction is Exec for requests with CheckpointBefore or
 // RollbackOnFailure set.
-func (m *Manager) execTransaction(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
+func (m *Snapshots) execTransaction(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
 	rollback := req.RollbackOnFailure
 	req.CheckpointBefore, req.RollbackOnFailure = false, false
 	ck, err := m.CreateCheckpoint(ctx, id, api.CreateCheckpointRequest{
@@ -34,7 +48,7 @@ func (m *Manager) execTransaction(ctx context.Context, id string, req api.ExecRe
 		return nil, err
 	}
 	// The command must be followed to its end even if the client leaves.
-	inner, err := m.Exec(context.WithoutCancel(ctx), id, req)
+	inner, err := m.sbx.Exec(context.WithoutCancel(ctx), id, req)
 	if err != nil {
 		return nil, err
 	}

@@ -1,11 +1,10 @@
-package sandbox
+package snapshot
 
 import (
 	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
-	"github.com/agentbox/agentbox/internal/store"
 )
 
 // Diff.
@@ -43,7 +41,7 @@ type fsState struct {
 
 // resolveState resolves ref (see api.Diff). A sandbox ref holds the
 // sandbox's lifecycle lock shared until release is called.
-func (m *Manager) resolveState(ctx context.Context, ref string) (fsState, error) {
+func (m *Snapshots) resolveState(ctx context.Context, ref string) (fsState, error) {
 	kind, name, ok := strings.Cut(ref, ":")
 	if !ok {
 		kind, name = "", ref
@@ -73,50 +71,41 @@ func (m *Manager) resolveState(ctx context.Context, ref string) (fsState, error)
 	return fsState{}, fmt.Errorf("ref %q: unknown kind %q (sandbox, checkpoint, template): %w", ref, kind, errdefs.ErrInvalidArgument)
 }
 
-func (m *Manager) sandboxState(ctx context.Context, id string) (fsState, error) {
-	b, err := m.get(ctx, id)
+func (m *Snapshots) sandboxState(ctx context.Context, id string) (fsState, error) {
+	dirs, release, err := m.sbx.ReadFS(ctx, id)
 	if err != nil {
 		return fsState{}, err
 	}
-	b.life.RLock()
-	b.mu.Lock()
-	deleted, upper, lowers := b.deleted, b.rec.UpperDir, slices.Clone(b.rec.Layers)
-	b.mu.Unlock()
-	if deleted {
-		b.life.RUnlock()
-		return fsState{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	return fsState{ref: "sandbox:" + id, dirs: append([]string{upper}, lowers...), sandbox: id, release: b.life.RUnlock}, nil
+	return fsState{ref: "sandbox:" + id, dirs: dirs, sandbox: id, release: release}, nil
 }
 
-func (m *Manager) checkpointState(ctx context.Context, ref string) (fsState, error) {
-	rec, err := m.findCheckpoint(ctx, ref)
+func (m *Snapshots) checkpointState(ctx context.Context, ref string) (fsState, error) {
+	_, ls, err := m.checkpoints()
 	if err != nil {
 		return fsState{}, err
 	}
-	dirs, err := m.cfg.Layers.Paths(rec.Layer)
+	rec, err := m.findCheckpointNamed(ctx, ref, nil)
+	if err != nil {
+		return fsState{}, err
+	}
+	dirs, err := ls.Paths(rec.Layer)
 	if err != nil {
 		return fsState{}, fmt.Errorf("checkpoint %s: %w", rec.Checkpoint.ID, err)
 	}
 	return fsState{ref: "checkpoint:" + rec.Checkpoint.ID, dirs: dirs, release: func() {}}, nil
 }
 
-// findCheckpoint finds a checkpoint by id, else the newest of that name.
-func (m *Manager) findCheckpoint(ctx context.Context, ref string) (store.CheckpointRecord, error) {
-	return m.findCheckpointNamed(ctx, ref, nil)
-}
-
-func (m *Manager) templateState(ctx context.Context, name string) (fsState, error) {
-	t, err := m.template(ctx, name)
+func (m *Snapshots) templateState(ctx context.Context, name string) (fsState, error) {
+	full, dirs, err := m.sbx.TemplateDirs(ctx, name)
 	if err != nil {
 		return fsState{}, err
 	}
-	return fsState{ref: "template:" + t.Name, dirs: t.Layers, release: func() {}}, nil
+	return fsState{ref: "template:" + full, dirs: dirs, release: func() {}}, nil
 }
 
 // view computes the merged view of a resolved state.
-func (m *Manager) view(ctx context.Context, s fsState) (*layers.View, error) {
-	v, err := layers.MergedView(ctx, s.dirs, m.cfg.IDs)
+func (m *Snapshots) view(ctx context.Context, s fsState) (*layers.View, error) {
+	v, err := layers.MergedView(ctx, s.dirs, m.ids)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", s.ref, err)
 	}
@@ -125,7 +114,7 @@ func (m *Manager) view(ctx context.Context, s fsState) (*layers.View, error) {
 
 // Diff compares two filesystem states (refs as in api.Diff). With unified,
 // small text files get a unified diff.
-func (m *Manager) Diff(ctx context.Context, fromRef, toRef string, unified bool) (api.Diff, error) {
+func (m *Snapshots) Diff(ctx context.Context, fromRef, toRef string, unified bool) (api.Diff, error) {
 	from, err := m.resolveState(ctx, fromRef)
 	if err != nil {
 		return api.Diff{}, fmt.Errorf("diff: from: %w", err)
@@ -260,7 +249,7 @@ func isText(b []byte) bool { return !bytes.ContainsRune(b, 0) && utf8.Valid(b) }
 // TreeHash returns the content hash of sandbox id's filesystem as seen
 // from inside (layers.View.Hash), read on the host with its lifecycle lock
 // held shared.
-func (m *Manager) TreeHash(ctx context.Context, id string) (api.TreeHash, error) {
+func (m *Snapshots) TreeHash(ctx context.Context, id string) (api.TreeHash, error) {
 	s, err := m.sandboxState(ctx, id)
 	if err != nil {
 		return api.TreeHash{}, err

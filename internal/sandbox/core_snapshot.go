@@ -1,0 +1,278 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
+)
+
+// What the core offers features that read sandboxes' files on the host
+// (internal/snapshot: diff, tree hash, merge). Every directory returned is
+// a host path below the data dir, for root to read with lstat and
+// O_NOFOLLOW (internal/layers), never to follow a link in.
+
+// ReadFS returns the host directories of sandbox id's filesystem, top-most
+// first (its writable upper directory, then its layers), with its
+// operation lock held shared: no restore, checkpoint or delete changes
+// them until release is called (its processes keep running, so a file
+// being written shows in either state). It does not wake a sleeping
+// sandbox and does not count as a call. The caller must call release,
+// once. Another tenant's or an unknown sandbox is ErrNotFound.
+func (m *Manager) ReadFS(ctx context.Context, id string) (dirs []string, release func(), err error) {
+	b, err := m.get(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.life.RLock()
+	b.mu.Lock()
+	deleted, upper, lowers := b.deleted, b.rec.UpperDir, slices.Clone(b.rec.Layers)
+	b.mu.Unlock()
+	if deleted {
+		b.life.RUnlock()
+		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return append([]string{upper}, lowers...), b.life.RUnlock, nil
+}
+
+// TemplateDirs resolves template name as a create would (the caller's
+// own templates first, then the catalogue; a builtin is built on first
+// use) and returns its full name and the host directories of its layers,
+// top-most first.
+func (m *Manager) TemplateDirs(ctx context.Context, name string) (string, []string, error) {
+	t, err := m.template(ctx, name)
+	if err != nil {
+		return "", nil, err
+	}
+	return t.Name, t.Layers, nil
+}
+
+// ForkBase is the id of the checkpoint the sandbox was forked from ("" for
+// a sandbox that is no fork): the common ancestor of a merge with its
+// parent or a sibling.
+func (h *Handle) ForkBase() string {
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	return extraOf(h.b.rec).ForkBase
+}
+
+// Report shows op, an operation a feature carried out (a merge), to
+// every Observer, as the core's own operations are; an empty op.Tenant is
+// filled in from op.Sandbox. It follows Observer's rules: synchronous, in
+// order, never failing.
+func (m *Manager) Report(ctx context.Context, op Op) {
+	if len(m.hooks.observers) == 0 {
+		return
+	}
+	if op.Sandbox != "" && op.Tenant == "" {
+		m.mu.Lock()
+		b := m.sandboxes[op.Sandbox]
+		m.mu.Unlock()
+		if b != nil {
+			op.Tenant = b.owner()
+		}
+	}
+	m.observe(ctx, op)
+}
+
+// What the core offers the checkpoint feature (internal/snapshot:
+// checkpoints, restore, fork, exec transactions). A checkpoint is a layer
+// of the layer store; the feature keeps the records and the layers' own
+// references, the core the sandboxes that run on them.
+
+// LayerOwner names the reference sandbox id holds on the top layer it runs
+// on when that layer is no template's (a checkpoint's: the sandbox was
+// forked or restored). The feature takes it before CreateFork or
+// Handle.Reset; the core drops it when the sandbox is deleted, and at
+// start-up for every sandbox that no longer exists.
+func LayerOwner(id string) string { return sandboxRef(id) }
+
+// NewID returns a fresh sandbox id.
+func NewID() string { return newID() }
+
+// LockRunning wakes sandbox id when it sleeps, takes its operation lock
+// exclusively and checks that it runs (ErrConflict otherwise; ErrNotFound
+// when it is being deleted). Checkpoint, restore and fork hold it: they
+// are serialised with each other, with delete, and with the set-up of exec
+// and file calls. The caller calls unlock, once; meanwhile it may call
+// the Handle's Dirs, Frozen and Reset, and no Manager method that takes
+// the same sandbox's lock.
+func (m *Manager) LockRunning(ctx context.Context, id string) (h *Handle, unlock func(), err error) {
+	b, unlock, err := m.lockRunning(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.handle(b), unlock, nil
+}
+
+// Dirs returns the sandbox's writable upper directory and the host
+// directories of the layers it runs on, top-most first. They change only
+// with Reset (and a delete): the caller holds the sandbox's lock.
+func (h *Handle) Dirs() (upper string, lowers []string) {
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	return h.b.rec.UpperDir, slices.Clone(h.b.rec.Layers)
+}
+
+// Frozen runs fn with the sandbox's processes frozen, when its backend can
+// freeze them (runtime.Pauser; otherwise they keep running), and thaws
+// them on every path; a failure to thaw is joined to fn's error. The
+// caller holds the sandbox's lock (LockRunning).
+func (h *Handle) Frozen(ctx context.Context, fn func() error) (err error) {
+	if p, ok := h.Runtime().(runtime.Pauser); ok {
+		if err := p.Pause(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			if rerr := p.Resume(context.WithoutCancel(ctx)); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("thawing: %w", rerr))
+			}
+		}()
+	}
+	return fn()
+}
+
+// Reset puts the sandbox on new layers: its guest and every process are
+// stopped, its layers become lowers (top-most first) with an empty
+// writable upper directory on top, and the guest is started again under
+// the same id, hostname and socket; StartHook.OnStart runs with cause
+// StartRestore and the record is saved. The caller holds the sandbox's
+// lock (LockRunning) and the sandbox's reference on lowers' top layer
+// (LayerOwner). When the guest cannot be started again the sandbox is
+// left stopped (only delete works) and the error returned. It runs to its
+// end even when ctx is cancelled.
+func (h *Handle) Reset(ctx context.Context, lowers []string) error {
+	m, b := h.m, h.b
+	ctx = context.WithoutCancel(ctx)
+	id := b.id()
+	var old runtime.Sandbox
+	fail := func(err error) error {
+		b.mu.Lock()
+		b.rt = old
+		m.setStateLocked(b, api.StateStopped, api.CauseError, "restore failed")
+		r := b.rec
+		b.mu.Unlock()
+		r.UpdatedAt = time.Now().UTC()
+		if perr := m.store.PutSandbox(ctx, r); perr != nil {
+			m.log.ErrorContext(ctx, "saving sandbox record", "sandbox", id, "err", perr)
+		}
+		return err
+	}
+	old, err := m.stopGuestLocked(ctx, b)
+	if err != nil {
+		return fail(err)
+	}
+	trash, err := m.freshUpper(id)
+	if err != nil {
+		return fail(err)
+	}
+	go func() { _ = os.RemoveAll(trash) }()
+	if err := m.startGuestLocked(ctx, b, lowers); err != nil {
+		return fail(err)
+	}
+	m.onStart(ctx, b, StartRestore)
+	return m.saveLocked(ctx, b)
+}
+
+// ForkSpec is a sandbox CreateFork makes on the layers of a checkpoint.
+type ForkSpec struct {
+	// ID is the new sandbox's id (NewID); the caller holds its reference
+	// (LayerOwner) on Layers' top layer.
+	ID string
+	// Base is the checkpoint's id: the fork's merge base (Handle.ForkBase).
+	Base string
+	// Layers are the checkpoint's layer directories, top-most first.
+	Layers []string
+	// The new sandbox's owner, template, environment, labels and
+	// resources (its disk cap included: its writable layer starts empty
+	// under a quota of its own).
+	Tenant, Template, TemplateID string
+	Env, Labels                  map[string]string
+	Resources                    api.Resources
+}
+
+// CreateFork creates and starts sandbox spec.ID with a fresh identity:
+// its hostname is its id, and its writable layer gets its own
+// /etc/machine-id and /var/lib/systemd/random-seed, never the source's.
+// The create hooks run as for any create, and observers see an OpCreate.
+// On error nothing of the sandbox is left but the caller's layer
+// reference. Admission against the tenant's quotas is the caller's.
+func (m *Manager) CreateFork(ctx context.Context, spec ForkSpec) (_ api.Sandbox, err error) {
+	id := spec.ID
+	p := m.paths(id)
+	rec := store.SandboxRecord{
+		Sandbox: api.Sandbox{
+			ID:         id,
+			Tenant:     tenant.Owner(spec.Tenant),
+			Template:   spec.Template,
+			TemplateID: spec.TemplateID,
+			State:      api.StateCreating,
+			Env:        spec.Env,
+			Labels:     cloneMap(spec.Labels),
+			Resources:  spec.Resources,
+			Hostname:   id,
+			Backend:    m.backend.Capabilities().Name,
+			CreatedAt:  time.Now().UTC(),
+		},
+		Layers:     spec.Layers,
+		UpperDir:   p.upper,
+		WorkDir:    p.work,
+		SocketPath: p.socket,
+		StateDir:   p.state,
+	}
+	setExtra(&rec, recordExtra{ForkBase: spec.Base})
+	remove, err := m.makeSandboxDir(ctx, rec)
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
+	}
+	defer func() {
+		if err != nil {
+			remove()
+		}
+	}()
+	if err := writeIdentity(p.upper, spec.Layers, int(m.cfg.IDs.HostID)); err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating fork %s: writing identity: %w", id, err)
+	}
+	b, err := m.start(ctx, rec, false)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := m.onCreate(ctx, b); err != nil {
+		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
+		m.observeBox(ctx, OpCreate, b, "fork of "+spec.Base, err)
+		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
+	}
+	m.observeBox(ctx, OpCreate, b, "fork of "+spec.Base, nil)
+	return b.view(), nil
+}
+
+// RescueHook is an Extension that can put back the files of a sandbox on
+// which no guest starts any more (a runner upgrade whose every fallback
+// failed): the checkpoint feature restores its latest checkpoint.
+type RescueHook interface {
+	// Rescue runs with h's lock held exclusively and no guest running; it
+	// may call h.Reset. It reports what the sandbox was put back to (a
+	// checkpoint id) and whether a guest runs again; false when it had
+	// nothing to put back or failed (it logs why).
+	Rescue(ctx context.Context, h *Handle) (to string, ok bool)
+}
+
+// rescue asks the RescueHooks, in registration order, to put b back.
+func (m *Manager) rescue(ctx context.Context, b *box) (string, bool) {
+	for _, e := range m.cfg.Extensions {
+		if r, ok := e.(RescueHook); ok {
+			if to, ok := r.Rescue(ctx, m.handle(b)); ok {
+				return to, true
+			}
+		}
+	}
+	return "", false
+}
