@@ -36,6 +36,7 @@ import (
 	"github.com/agentbox/agentbox/internal/tenant/registry"
 	"github.com/agentbox/agentbox/internal/tunnel"
 	"github.com/agentbox/agentbox/internal/version"
+	"github.com/agentbox/agentbox/internal/warmpool"
 )
 
 // Options are what the config file does not say.
@@ -61,6 +62,8 @@ type Daemon struct {
 	pipe *pipelineAPI
 	// tenants is the tenant registry with its API (tenants.go).
 	tenants *tenantAPI
+	// pools are the warm pools, drained at Close.
+	pools *warmpool.Keeper
 	// gc runs layer collections after deletes (storage.go).
 	gc *collector
 	// svc is what both API listeners serve.
@@ -198,6 +201,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	}
 	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
 	snaps := snapshot.New(snapshot.Config{Layers: ls, Checkpoints: st, IDs: ids, Quotas: reg, Logger: log})
+	// The warm pools fill only when SetPools starts them, after recovery.
+	pools := warmpool.New(warmpool.Config{DataDir: cfg.DataDir, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir:         cfg.DataDir,
 		RunDir:          filepath.Dir(cfg.SocketPath),
@@ -224,10 +229,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// Secrets first: its stream wrapper is the outermost, so
 		// redaction sees what every other wrapper passes on; its exec
 		// environment wins over the network's. Tunnels before the
-		// network, which refreshes them. Checkpoints last: a deleted
-		// sandbox's implicit checkpoints go after every other feature
-		// forgot it.
-		Extensions: []sandbox.Extension{sec, events, tun, network, snaps},
+		// network, which refreshes them. Checkpoints after them: a
+		// deleted sandbox's implicit checkpoints go after every other
+		// feature forgot it. The warm pools' sandboxes get every other
+		// extension's hooks when they are made.
+		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, pools},
 		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (sandbox.Templates, error) {
 			return templates.New(templates.Config{
 				DataDir: filepath.Join(cfg.DataDir, "templates"),
@@ -260,20 +266,20 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	// prespawned guests take ranges.
 	backend.FillPool()
 	collectAtStart(ctx, mgr, log)
-	if err := mgr.SetPools(ctx, cfg.WarmPools); err != nil {
+	if err := pools.SetPools(ctx, cfg.WarmPools); err != nil {
 		return nil, err
 	}
 	if err := pipe.start(ctx); err != nil {
 		return nil, err
 	}
 	gc := newCollector(mgr, log)
-	svc := service{mgr, sec, events, network, snaps, pipe, tenants, gc}
+	svc := service{mgr, sec, events, network, snaps, pools, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
 	})
 	undo.Release()
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock, svc: svc}, nil
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
 }
 
 // prespawn is p, or nil (no guests kept started) when cfg.Prespawn is 0.
@@ -355,6 +361,7 @@ func (d *Daemon) Close() error {
 	d.shutdown()
 	d.stopBridge()
 	d.pipe.close()
+	d.pools.DrainPools(context.Background())
 	closeLimits(d.manager, d.cfg.DataDir, d.log)
 	_ = d.manager.Close()
 	if err := d.backend.Close(); err != nil {
@@ -374,6 +381,7 @@ type service struct {
 	*sandboxevents.Recorder // sandbox events API
 	*sandboxnet.Network     // network policy and egress log API
 	*snapshot.Snapshots     // checkpoints, restore, fork, diff and merge API
+	*warmpool.Keeper        // warm pools API
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes
@@ -387,4 +395,5 @@ var (
 	_ httpapi.DiffService       = service{} // snapshot
 	_ httpapi.MergeService      = service{} // snapshot
 	_ httpapi.CheckpointService = service{} // snapshot
+	_ httpapi.PoolService       = service{} // warmpool
 )

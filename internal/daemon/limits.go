@@ -1,24 +1,18 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/diskquota"
-	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
-
-// The Manager's warm pools reach the HTTP edge through the service adapter.
-var _ httpapi.PoolService = service{}
 
 // setupDiskQuota chooses how sandboxes' disk limits are enforced
 // (diskquota.Detect: XFS project quotas when <data>/sandboxes is on XFS
@@ -92,15 +86,13 @@ func protectSandboxesDir(dataDir string) (undo func() error, err error) {
 	return undo, nil
 }
 
-// closeLimits deletes the pooled sandboxes and, when no sandbox dir is
-// left (so no writable layer needs the nosuid,nodev mount) and no quota
-// filesystem is mounted, undoes the sandboxes dir's own mount so the data
-// dir is an ordinary directory again. While sandboxes remain (a restart)
-// the mount stays, and the next daemon re-adopts it.
+// closeLimits, once the warm pools are drained, deletes the template disk
+// image and, when no sandbox dir is left (so no writable layer needs the
+// nosuid,nodev mount) and no quota filesystem is mounted, undoes the
+// sandboxes dir's own mount so the data dir is an ordinary directory
+// again. While sandboxes remain (a restart) the mount stays, and the next
+// daemon re-adopts it.
 func closeLimits(m *sandbox.Manager, dataDir string, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m.DrainPools(ctx)
 	if err := m.CloseDisks(); err != nil {
 		log.Warn("deleting the template disk image", "err", err)
 	}
