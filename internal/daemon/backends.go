@@ -115,16 +115,15 @@ func newBackends(env backendEnv, factories []backendFactory, extra []runtime.Bac
 // newNativeBackend builds the native backend of a daemon: its own cgroup
 // parent, locked for its life (derived from the data dir unless
 // configured), so a neighbour's start-up sweep never sees this one's
-// sandboxes or prespawned guests; and two guests kept prespawned, so a
-// create skips the clone, the exec of the runner, its start-up and its
-// move into a cgroup (see native.Prespawn); two, so back-to-back creates
-// find one fully warm.
+// sandboxes or prespawned guests; and cfg.Prespawn guests kept started, so
+// a create skips the clone, the exec of the runner, its start-up and its
+// move into a cgroup (see native.Prespawn).
 func newNativeBackend(env backendEnv) (runtime.Backend, error) {
 	cfg := env.cfg
 	parent := cfg.EffectiveCgroupParent(env.realDataDir)
 	env.log.Info("cgroup parent", "parent", parent, "derived", cfg.CgroupParent == "")
-	b, err := native.New(native.Config{Logger: env.log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(env.runnerDir, "agentbox"), Prespawn: &native.Prespawn{
-		Size:      2,
+	b, err := native.New(native.Config{Logger: env.log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(env.runnerDir, "agentbox"), Prespawn: prespawn(cfg, &native.Prespawn{
+		Size:      cfg.Prespawn,
 		RunnerDir: env.runnerDir,
 		IDs:       env.idRanges,
 		LayerIDs:  env.ids,
@@ -133,9 +132,17 @@ func newNativeBackend(env backendEnv) (runtime.Backend, error) {
 		// Every path of a sandbox's spec is in the data dir; a waiting
 		// zygote holds no other mount of the host.
 		Keep: []string{filepath.Clean(cfg.DataDir)},
-	}})
+	})})
 	if err != nil {
 		return nil, err
 	}
 	return b, nil
+}
+
+// prespawn is p, or nil (no guests kept started) when cfg.Prespawn is 0.
+func prespawn(cfg *config.Config, p *native.Prespawn) *native.Prespawn {
+	if cfg.Prespawn == 0 {
+		return nil
+	}
+	return p
 }

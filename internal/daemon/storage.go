@@ -16,9 +16,9 @@ import (
 
 var _ httpapi.StorageService = service{}
 
-// layerOptions maps the config onto the layer store.
-func layerOptions(cfg *config.Config) []layers.Option {
-	return []layers.Option{layers.WithDriverName(cfg.StorageDriver), layers.WithMaxDepth(cfg.MaxLayerDepth)}
+// layerOptions maps the config onto the layer store, which logs to log.
+func layerOptions(cfg *config.Config, log *slog.Logger) []layers.Option {
+	return []layers.Option{layers.WithDriverName(cfg.StorageDriver), layers.WithMaxDepth(cfg.MaxLayerDepth), layers.WithLogger(log)}
 }
 
 // Info adds the storage driver to the Manager's description.
@@ -65,6 +65,7 @@ const gcSpacing = 250 * time.Millisecond
 // waits for the next delete. Safe for concurrent use.
 type collector struct {
 	collect func(context.Context) error
+	log     *slog.Logger
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -72,8 +73,8 @@ type collector struct {
 	again   bool // triggered during the run: run once more
 }
 
-func newCollector(m *sandbox.Manager) *collector {
-	return &collector{collect: func(ctx context.Context) error {
+func newCollector(m *sandbox.Manager, log *slog.Logger) *collector {
+	return &collector{log: log, collect: func(ctx context.Context) error {
 		_, err := m.CollectGarbage(ctx, sandbox.DefaultGCMinAge)
 		return err
 	}}
@@ -95,7 +96,7 @@ func (c *collector) run() {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		if err := c.collect(ctx); err != nil {
-			slog.Default().Warn("collecting layers", "err", err)
+			c.log.Warn("collecting layers", "err", err)
 		}
 		cancel()
 		c.mu.Lock()

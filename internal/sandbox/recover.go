@@ -78,7 +78,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	m.removeOrphanDisks(ctx, known)
 	m.recoverLayers(ctx)
-	m.recoverPools(ctx)
+	m.reapHidden(ctx)
 	m.sweepOrphans(ctx, foreign)
 	m.log.InfoContext(ctx, "sandboxes recovered", "adopted", adopted, "reaped", reaped, "foreign", len(foreign))
 	return nil
