@@ -28,6 +28,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxevents"
+	"github.com/agentbox/agentbox/internal/sandboxfiles"
 	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/snapshot"
@@ -263,7 +264,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(mgr, log)
-	svc := service{mgr, sec, events, network, snaps, pools, pipe, tenants, gc}
+	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -359,6 +360,7 @@ func (d *Daemon) Close() error {
 // is the Manager's.
 type service struct {
 	*sandbox.Manager
+	*sandboxfiles.Files     // file and guest process API
 	*runsecrets.Secrets     // secrets API
 	*sandboxevents.Recorder // sandbox events API
 	*sandboxnet.Network     // network policy and egress log API
