@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/idrange"
+	"github.com/agentbox/agentbox/internal/layergc"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/ratelimit"
 	"github.com/agentbox/agentbox/internal/runner"
@@ -33,6 +34,7 @@ import (
 	"github.com/agentbox/agentbox/internal/snapshot"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/templatesvc"
 	"github.com/agentbox/agentbox/internal/tenant/registry"
 	"github.com/agentbox/agentbox/internal/tunnel"
 	"github.com/agentbox/agentbox/internal/version"
@@ -205,6 +207,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	}
 	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
 	snaps := snapshot.New(snapshot.Config{Layers: ls, Checkpoints: st, IDs: ids, Quotas: reg, Logger: log})
+	var tmpl *templates.Manager // built by the Manager (NewTemplates): the cycle of templates and sandboxes
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir:         cfg.DataDir,
 		RunDir:          filepath.Dir(cfg.SocketPath),
@@ -235,8 +238,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// sandbox's implicit checkpoints go after every other feature
 		// forgot it.
 		Extensions: []sandbox.Extension{sec, events, tun, network, snaps},
-		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (sandbox.Templates, error) {
-			return templates.New(templates.Config{
+		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (_ sandbox.Templates, err error) {
+			// Kept for the template service, built above the core below.
+			tmpl, err = templates.New(templates.Config{
 				DataDir: filepath.Join(cfg.DataDir, "templates"),
 				Layers:  ls,
 				IDs:     ids,
@@ -244,11 +248,17 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 				Admit:   admit,
 				Logger:  log,
 			})
+			if err != nil {
+				return nil, err
+			}
+			return tmpl, nil
 		},
 	}, backend, nil, st)
 	if err != nil {
 		return nil, err
 	}
+	tmplSvc := templatesvc.New(templatesvc.Config{Templates: tmpl, Layers: ls, Sandboxes: mgr, Logger: log})
+	layerGC := layergc.New(ls, mgr, st)
 	pipe, err := newPipeline(cfg, mgr, network, snaps, st, log)
 	if err != nil {
 		return nil, err
@@ -270,15 +280,15 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	// Only now, with every recovered sandbox's id range taken, may
 	// prespawned guests take ranges.
 	backend.FillPool()
-	collectAtStart(ctx, mgr, log)
+	collectAtStart(ctx, layerGC, log)
 	if err := mgr.SetPools(ctx, cfg.WarmPools); err != nil {
 		return nil, err
 	}
 	if err := pipe.start(ctx); err != nil {
 		return nil, err
 	}
-	gc := newCollector(mgr)
-	svc := service{mgr, sec, events, network, snaps, pipe, tenants, gc}
+	gc := newCollector(layerGC, log)
+	svc := service{mgr, sec, events, network, snaps, tmplSvc, layerGC, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -376,6 +386,8 @@ type service struct {
 	*sandboxevents.Recorder // sandbox events API
 	*sandboxnet.Network     // network policy and egress log API
 	*snapshot.Snapshots     // checkpoints, restore, fork, diff and merge API
+	*templatesvc.Templates  // template list, build, import, export and save API
+	*layergc.Collector      // storage driver and garbage collection API
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes

@@ -19,6 +19,8 @@ func TestCoreImportsNoFeature(t *testing.T) {
 		"internal/sandboxnet":    "network policy attaches through prepare, create, start and exec hooks",
 		"internal/tunnel":        "tunnels attach through start, stop and delete hooks",
 		"internal/snapshot":      "diff, tree hash and merge read sandboxes through ReadFS, CheckpointDirs and TemplateDirs",
+		"internal/templatesvc":   "the template API is above the core; it saves through LockRunning and Handle.Frozen",
+		"internal/layergc":       "the collector is above the core; it asks for LayersInUse",
 		"internal/egress":        "the egress proxy is sandboxnet's, reached through its NetworkEdge",
 		"internal/bridge":        "the API bridge is a tunnel route registered by the daemon",
 		"internal/secrets":       "the secret store and token minter are runsecrets'",

@@ -185,7 +185,7 @@ func New(cfg Config, backend runtime.Backend, tmpl Templates, st store.Store) (*
 		sandboxes: make(map[string]*box),
 	}
 	if tmpl == nil && cfg.NewTemplates != nil {
-		t, err := cfg.NewTemplates(m.StepRunner(), m.AdmitTemplateLayer)
+		t, err := cfg.NewTemplates(m.stepRunner(), m.AdmitTemplateLayer)
 		if err != nil {
 			return nil, err
 		}
