@@ -37,6 +37,7 @@ import (
 	"github.com/agentbox/agentbox/internal/templatesvc"
 	"github.com/agentbox/agentbox/internal/tenant/registry"
 	"github.com/agentbox/agentbox/internal/tunnel"
+	"github.com/agentbox/agentbox/internal/upgrade"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -259,6 +260,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	}
 	tmplSvc := templatesvc.New(templatesvc.Config{Templates: tmpl, Layers: ls, Sandboxes: mgr, Logger: log})
 	layerGC := layergc.New(ls, mgr, st)
+	upgrades := upgrade.New(upgrade.Config{RunnerDir: runnerDir, IDs: ids, IDRanges: idRanges, Version: version.Version, Sandboxes: mgr, Logger: log})
 	pipe, err := newPipeline(cfg, mgr, network, snaps, st, log)
 	if err != nil {
 		return nil, err
@@ -288,7 +290,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(layerGC, log)
-	svc := service{mgr, sec, events, network, snaps, tmplSvc, layerGC, pipe, tenants, gc}
+	svc := service{mgr, sec, events, network, snaps, tmplSvc, layerGC, upgrades, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -388,6 +390,7 @@ type service struct {
 	*snapshot.Snapshots     // checkpoints, restore, fork, diff and merge API
 	*templatesvc.Templates  // template list, build, import, export and save API
 	*layergc.Collector      // storage driver and garbage collection API
+	*upgrade.Upgrades       // runner staging, listing and guest upgrade API
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes

@@ -21,6 +21,7 @@ func TestCoreImportsNoFeature(t *testing.T) {
 		"internal/snapshot":      "diff, tree hash and merge read sandboxes through ReadFS, CheckpointDirs and TemplateDirs",
 		"internal/templatesvc":   "the template API is above the core; it saves through LockRunning and Handle.Frozen",
 		"internal/layergc":       "the collector is above the core; it asks for LayersInUse",
+		"internal/upgrade":       "runner staging and upgrade requests are above the core; the swap is UpgradeGuest",
 		"internal/egress":        "the egress proxy is sandboxnet's, reached through its NetworkEdge",
 		"internal/bridge":        "the API bridge is a tunnel route registered by the daemon",
 		"internal/secrets":       "the secret store and token minter are runsecrets'",
