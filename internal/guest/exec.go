@@ -112,6 +112,7 @@ func (s *server) resolveExec(req *api.ExecRequest) (*execSpec, error) {
 	if req.TTY != nil {
 		env["TERM"] = "xterm"
 	}
+	maps.Copy(env, s.opts.Env)
 	if err := validate.Environ(req.Env); err != nil {
 		return nil, err
 	}

@@ -36,11 +36,15 @@ type reaper struct {
 	// the reaper did not start (an orphan), and once a second, from the
 	// reaper's goroutine.
 	orphansGone func()
+	// own: wait only for the registered pids (Options.Embedded), never
+	// wait4(-1), which would take other code's children.
+	own bool
 }
 
-func newReaper(orphansGone func()) *reaper {
+func newReaper(orphansGone func(), own bool) *reaper {
 	r := &reaper{
 		orphansGone: orphansGone,
+		own:         own,
 		waiters:     make(map[int]func(syscall.WaitStatus)),
 		sigc:        make(chan os.Signal, 1),
 		stop:        make(chan struct{}),
@@ -104,6 +108,10 @@ func (r *reaper) reapAll() {
 func (r *reaper) reapPass() (orphans bool) {
 	r.forkMu.Lock()
 	defer r.forkMu.Unlock()
+	if r.own {
+		r.reapOwnLocked()
+		return false
+	}
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
@@ -122,6 +130,34 @@ func (r *reaper) reapPass() (orphans bool) {
 		} else {
 			// Unknown pids are orphans reparented to us: reaped silently.
 			orphans = true
+		}
+	}
+}
+
+// reapOwnLocked collects the exited processes among those registered,
+// without blocking. forkMu is held.
+func (r *reaper) reapOwnLocked() {
+	r.mu.Lock()
+	pids := make([]int, 0, len(r.waiters))
+	for pid := range r.waiters {
+		pids = append(pids, pid)
+	}
+	r.mu.Unlock()
+	for _, pid := range pids {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		for errors.Is(err, syscall.EINTR) {
+			got, err = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+		if err != nil || got != pid {
+			continue // still running (0), or not our child any more
+		}
+		r.mu.Lock()
+		fn := r.waiters[pid]
+		delete(r.waiters, pid)
+		r.mu.Unlock()
+		if fn != nil {
+			fn(ws)
 		}
 	}
 }

@@ -48,6 +48,17 @@ type Options struct {
 	// in, delegated to it, in which every exec gets a cgroup of its own
 	// (see execCgroups); nil: execs get none.
 	ExecCgroup *os.File
+	// Embedded serves the guest inside a process that is not a sandbox's
+	// PID 1 (the in-process test backend, internal/runtime/inproc): the
+	// reaper waits only for the processes this Serve started, so several
+	// Serves may run in one process beside os/exec, and inherited
+	// descriptors are left as they are. Orphans are not reaped. A Serve
+	// that is not Embedded must not run in the same process: its reaper
+	// takes every child's status, and an Embedded one would wait forever.
+	Embedded bool
+	// Env is added to the environment of every process started, before
+	// the request's own variables (which win).
+	Env map[string]string
 }
 
 const (
@@ -76,7 +87,7 @@ type server struct {
 // Serve reaps every child of the current process (as PID 1 of a sandbox it
 // inherits all orphans), so the calling process must not wait for its own
 // children by other means (os/exec) while Serve runs. Only one Serve may
-// run per process.
+// run per process, unless opts.Embedded is set.
 func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 	if opts.MaxOutputBuffer <= 0 {
 		opts.MaxOutputBuffer = defaultOutputBuffer
@@ -85,11 +96,13 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := markFDsCloexec(); err != nil {
-		log.Warn("marking inherited descriptors close-on-exec", "err", err)
+	if !opts.Embedded {
+		if err := markFDsCloexec(); err != nil {
+			log.Warn("marking inherited descriptors close-on-exec", "err", err)
+		}
 	}
 	cgs := newExecCgroups(opts.ExecCgroup, log)
-	s := &server{opts: opts, log: log, etc: "/etc", reaper: newReaper(cgs.sweep), cgs: cgs, dom: newDomains(log), table: newTable(maxExited), tun: newTunnels(log)}
+	s := &server{opts: opts, log: log, etc: "/etc", reaper: newReaper(cgs.sweep, opts.Embedded), cgs: cgs, dom: newDomains(log), table: newTable(maxExited), tun: newTunnels(log)}
 	defer s.reaper.close()
 	defer s.tun.close()
 

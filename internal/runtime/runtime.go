@@ -25,6 +25,11 @@ const (
 	CapPause          = "pause"     // implements Pauser
 	CapStats          = "stats"     // implements StatsReader
 	CapCPUYield       = "cpu-yield" // CPU-bound sandboxes yield to interactive ones (cgroup cpu.idle)
+	// CapIsolation: each sandbox's processes see its own root filesystem
+	// (Layers and UpperDir), hostname and process tree, and nothing of
+	// the host's. A backend without it (the in-process test backend)
+	// runs them on the host as the daemon's own children.
+	CapIsolation = "isolation"
 )
 
 // Capabilities describe what a backend enforces. A backend lists only what it

@@ -50,7 +50,7 @@ func sharedGuest(t *testing.T) string {
 			sharedGuestErr = err
 			return
 		}
-		go func() { _ = guest.Serve(context.Background(), ln, guest.Options{Version: "test"}) }()
+		go func() { _ = guest.Serve(context.Background(), ln, guest.Options{Version: "test", Embedded: true}) }()
 	})
 	if sharedGuestErr != nil {
 		t.Fatal(sharedGuestErr)

@@ -202,6 +202,7 @@ func (b *Backend) Capabilities() runtime.Capabilities {
 	features := []string{
 		runtime.CapUserNamespaces, runtime.CapCgroups, runtime.CapSeccomp,
 		runtime.CapNetworkNone, runtime.CapPause, runtime.CapStats,
+		runtime.CapIsolation,
 	}
 	if b.yield != nil {
 		features = append(features, runtime.CapCPUYield)

@@ -1,0 +1,255 @@
+package sandbox_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/clock/clocktest"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime/inproc"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
+	"github.com/agentbox/agentbox/internal/tenant"
+)
+
+// waitFor polls cond until it holds; the bound only stops a broken test.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func pool(t *testing.T, m *sandbox.Manager, name string) api.Pool {
+	t.Helper()
+	ps, err := m.Pools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.Template == name {
+			return p
+		}
+	}
+	return api.Pool{}
+}
+
+// A warm pool fills with paused sandboxes that creates claim; it refills,
+// survives a restart and drains.
+func TestInprocWarmPool(t *testing.T) {
+	h := sandboxtest.New(t)
+	ctx := ctxT(t)
+	if _, err := h.M.SetPool(ctx, "base", 2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pool to fill", func() bool { return pool(t, h.M, "base").Ready == 2 })
+	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 0 {
+		t.Fatalf("pooled sandboxes are listed: %+v", l)
+	}
+	sb := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"from": "pool"}, Env: map[string]string{"X": "y"}})
+	if sb.State != api.StateRunning || sb.Labels["from"] != "pool" {
+		t.Fatalf("claimed %+v", sb)
+	}
+	if p := pool(t, h.M, "base"); p.Claims != 1 {
+		t.Fatalf("pool after a claim: %+v", p)
+	}
+	if r := h.Exec(sb.ID, api.ExecRequest{Command: "echo $X"}); r.Stdout != "y\n" {
+		t.Fatalf("exec in a claimed sandbox = %+v", r)
+	}
+	waitFor(t, "the pool to refill", func() bool { return pool(t, h.M, "base").Ready == 2 })
+	for _, bad := range []struct {
+		name string
+		size int
+	}{{"Bad Name", 1}, {"base", -1}, {"missing", 1}} {
+		if _, err := h.M.SetPool(ctx, bad.name, bad.size); err == nil {
+			t.Errorf("SetPool(%q, %d) succeeded", bad.name, bad.size)
+		}
+	}
+	if err := h.M.SetPools(ctx, map[string]int{"base": 5, "Bad Name": 1}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("SetPools with a bad name: %v", err)
+	}
+
+	h.M.Close()
+	m2 := h.Manager()
+	if err := m2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := pool(t, m2, "base"); p.Size != 2 {
+		t.Fatalf("pool after restart: %+v", p)
+	}
+	waitFor(t, "the recovered pool to be ready", func() bool { return pool(t, m2, "base").Ready == 2 })
+	if _, err := m2.SetPool(ctx, "base", 0); err != nil {
+		t.Fatal(err)
+	}
+	m2.DrainPools(ctx)
+	if ps, _ := m2.Pools(ctx); len(ps) != 0 {
+		t.Fatalf("pools after drain: %+v", ps)
+	}
+}
+
+// Tenants see only their own sandboxes and templates; a tenant with
+// sandboxes is not purged, one without is.
+func TestInprocTenants(t *testing.T) {
+	h := sandboxtest.New(t)
+	ctx := ctxT(t)
+	acme := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: "acme", Scope: api.ScopeFull})
+	other := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: "other", Scope: api.ScopeFull})
+	sb, err := h.M.CreateSandbox(acme, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Tenant != "acme" {
+		t.Fatalf("tenant = %q", sb.Tenant)
+	}
+	if _, err := h.M.GetSandbox(other, sb.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("another tenant sees the sandbox: %v", err)
+	}
+	if l, _ := h.M.ListSandboxes(other, nil); len(l) != 0 {
+		t.Fatalf("another tenant lists %d sandboxes", len(l))
+	}
+	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 1 {
+		t.Fatalf("the admin lists %d sandboxes", len(l))
+	}
+	if _, err := h.M.SaveTemplate(acme, sb.ID, api.SaveTemplateRequest{Name: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.M.GetTemplate(other, "mine"); !errdefs.IsNotFound(err) {
+		t.Fatalf("another tenant sees the template: %v", err)
+	}
+	if n, _ := h.M.Holdings("acme"); n != 1 {
+		t.Fatalf("Holdings(acme) = %d sandboxes", n)
+	}
+	if _, err := h.M.LayerBytes(ctx, "acme", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.M.PurgeTenant(ctx, "acme"); !errdefs.IsConflict(err) {
+		t.Fatalf("purging a tenant with sandboxes: %v", err)
+	}
+	if err := h.M.PurgeTenant(ctx, api.AdminTenant); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("purging the admin: %v", err)
+	}
+	if err := h.M.DeleteSandbox(acme, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.M.PurgeTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.M.GetTemplate(acme, "mine"); !errdefs.IsNotFound(err) {
+		t.Fatalf("template after purge: %v", err)
+	}
+}
+
+// The idle policy pauses a real guest (its processes stopped), hibernates
+// it (its processes gone) and a call wakes it; the lifetime deletes it.
+func TestInprocIdleAndLifetime(t *testing.T) {
+	clk := clocktest.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	h := sandboxtest.New(t, func(_ *sandboxtest.Env, c *sandbox.Config) { c.Clock = clk })
+	ctx := ctxT(t)
+	sb := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent, Idle: &api.IdlePolicy{PauseAfterSeconds: 60, HibernateAfterSeconds: 120}})
+	if _, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(60 * time.Second)
+	if got, _ := h.M.GetSandbox(ctx, sb.ID); got.State != api.StatePaused {
+		t.Fatalf("after 60s idle: %s", got.State)
+	}
+	clk.Advance(60 * time.Second)
+	if got, _ := h.M.GetSandbox(ctx, sb.ID); got.State != api.StateHibernated {
+		t.Fatalf("after 120s idle: %s", got.State)
+	}
+	if p := inproc.Processes(sb.ID); len(p) != 0 {
+		t.Fatalf("processes of a hibernated sandbox: %v", p)
+	}
+	if ps, err := h.M.ListProcesses(ctx, sb.ID); err != nil || len(ps) != 0 {
+		t.Fatalf("processes after wake = %+v, %v", ps, err)
+	}
+	if got, _ := h.M.GetSandbox(ctx, sb.ID); got.State != api.StateRunning {
+		t.Fatalf("after a call: %s", got.State)
+	}
+
+	ttl := h.Create(api.CreateSandboxRequest{TimeoutSeconds: 30})
+	clk.Advance(30 * time.Second)
+	if _, err := h.M.GetSandbox(ctx, ttl.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("after its lifetime: %v", err)
+	}
+	if p := inproc.Processes(ttl.ID); len(p) != 0 {
+		t.Fatalf("processes of an expired sandbox: %v", p)
+	}
+}
+
+// The guest's exit is noticed: a sandbox whose guest is gone is reported
+// so, and deleting it still works.
+func TestInprocGuestExit(t *testing.T) {
+	h := sandboxtest.New(t)
+	ctx := ctxT(t)
+	sb := h.Create(api.CreateSandboxRequest{})
+	if err := inproc.New(inproc.Config{}).Cleanup(ctx, h.RuntimeSpec(sb.ID)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the guest's exit to be noticed", func() bool {
+		got, err := h.M.GetSandbox(ctx, sb.ID)
+		return err == nil && got.State != api.StateRunning
+	})
+	if err := h.M.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Runners: the daemon's own is listed; stats come from the backend.
+func TestInprocRunnersAndStats(t *testing.T) {
+	h := sandboxtest.New(t)
+	ctx := ctxT(t)
+	rs, err := h.M.ListRunners(ctx)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("ListRunners = %+v, %v", rs, err)
+	}
+	sb := h.Create(api.CreateSandboxRequest{})
+	if _, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := h.M.SandboxStats(ctx, sb.ID)
+	if err != nil || st.Pids < 2 { // the guest, and the shell or sleep
+		t.Fatalf("SandboxStats = %+v, %v", st, err)
+	}
+	if _, err := h.M.UpgradeSandbox(ctx, sb.ID, api.UpgradeRequest{RunnerHash: "0123456789abcdef"}); !errdefs.IsNotFound(err) {
+		t.Fatalf("upgrade to an unknown runner: %v", err)
+	}
+}
+
+// A create whose guest cannot start leaves nothing behind: no sandbox,
+// no record, no directory, no process.
+func TestInprocCreateFailureLeavesNothing(t *testing.T) {
+	h := sandboxtest.New(t)
+	ctx := ctxT(t)
+	bin := filepath.Join(h.Config.RunnerDir, "agentbox")
+	if err := os.Rename(bin, bin+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.M.CreateSandbox(ctx, api.CreateSandboxRequest{}); err == nil {
+		t.Fatal("create without a guest binary succeeded")
+	}
+	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 0 {
+		t.Fatalf("sandboxes after a failed create: %+v", l)
+	}
+	if recs, err := h.Store.ListSandboxes(ctx); err != nil || len(recs) != 0 {
+		t.Fatalf("records after a failed create: %d, %v", len(recs), err)
+	}
+	entries, err := os.ReadDir(filepath.Join(h.Config.DataDir, "sandboxes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("left in the sandboxes dir: %s", e.Name())
+	}
+	if err := os.Rename(bin+".away", bin); err != nil {
+		t.Fatal(err)
+	}
+	h.Create(api.CreateSandboxRequest{}) // and the next create works
+}
