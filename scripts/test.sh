@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it (.ci/run): dependencies, formatting,
-# vet, staticcheck, unit tests (root/feature gates strict), the race
+# The whole test suite, as CI runs it (.ci/run): dependencies, formatting
+# and a tidy go.mod, vet, staticcheck, unit tests (root/feature gates strict), the race
 # detector, the integration and security suites against the real static
 # binary (with a neighbour daemon and its sandboxes working beside them,
 # scripts/neighbour.sh), then (vm) what this host's kernel cannot run, in a QEMU VM with
@@ -76,6 +76,26 @@ check_fmt() {
 		return 1
 	fi
 	echo "all Go files are gofmt'ed"
+}
+
+# go.mod and go.sum say exactly what the code imports: direct dependencies
+# are not marked // indirect, nothing unused is listed (go mod tidy -diff
+# prints the change tidy would make and fails; it reads only the module
+# proxy).
+check_tidy() {
+	if ! go mod tidy -diff; then
+		echo "go.mod/go.sum are not tidy: run go mod tidy and commit the result"
+		return 1
+	fi
+	echo "go.mod and go.sum are tidy"
+}
+
+# The fmt step: gofmt and go mod tidy, both reported before failing.
+check_fmt_tidy() {
+	local rc=0
+	check_fmt || rc=1
+	check_tidy || rc=1
+	return $rc
 }
 
 install_staticcheck() {
@@ -171,7 +191,7 @@ if [[ " ${STEPS[*]} " == *" deps "* ]]; then
 	scripts/install-deps.sh </dev/null
 	SUMMARY+=("$(printf 'PASS  %-12s %5ss' deps "$SECONDS")")
 fi
-step fmt check_fmt
+step fmt check_fmt_tidy
 step vet go vet ./...
 step staticcheck run_staticcheck
 step build build

@@ -117,7 +117,7 @@ type connector struct {
 // connections handed to ServeConn). Close stops it.
 func New(cfg Config, auth Authorizer, src SecretSource, events EventSink) (*Bridge, error) {
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()

@@ -1,7 +1,7 @@
 // Package config holds the daemon's one typed configuration: defaults,
-// environment overrides and validation. Command-line flags are bound by
-// cmd/agentbox directly onto the fields of Config; the order of precedence is
-// Default() < ApplyEnv() < flags, then Validate().
+// environment variables, the flags of `agentbox serve`, parsing and
+// validation. The order of precedence is Default() < ApplyEnv() < flags
+// (BindFlags), then Validate(); the daemon reads only a validated Config.
 package config
 
 import (
@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
@@ -42,6 +43,8 @@ const (
 	EnvMaxLayerDepth = "AGENTBOX_MAX_LAYER_DEPTH"
 	// EnvCgroupParent: see Config.CgroupParent.
 	EnvCgroupParent = "AGENTBOX_CGROUP_PARENT"
+	// EnvPrespawn: see Config.Prespawn.
+	EnvPrespawn = "AGENTBOX_PRESPAWN"
 )
 
 // Defaults.
@@ -56,6 +59,10 @@ const (
 	DefaultIDMapSize    = 4096 * 65536
 	SubIDUser           = "agentbox" // the /etc/subuid and /etc/subgid entry used
 	minHostIDForSandbox = 1000       // host ids below this are system accounts
+	// DefaultPrespawn guests are kept started: two, so back-to-back
+	// creates find one fully warm.
+	DefaultPrespawn = 2
+	maxPrespawn     = 64
 )
 
 // Resources are the default limits of a sandbox that asks for none.
@@ -79,7 +86,28 @@ const (
 	DefaultDiskInodes = 512 << 10
 )
 
-// Config is the daemon configuration.
+// Config is the daemon configuration. Every setting is parsed and checked
+// here, never in the daemon: Validate reports every problem at once, and
+// values with a richer type than the field's are parsed by a method of
+// Config (EgressPermitRules, TCPPort, EffectiveCgroupParent).
+//
+// To add a setting:
+//  1. Add the field here (or to the embedded group it belongs to, such as
+//     TCPEdge) with its JSON key and a doc comment saying what it does,
+//     its unit and what zero means.
+//  2. Give its default in Default() when zero is not it.
+//  3. Add a row to settings (settings.go): JSON key, flag of
+//     `agentbox serve`, environment variable (an Env constant), help text
+//     and the field. That one row defines the flag, the variable and the
+//     reference docs/CONFIG.md; a field of a new type needs a case in
+//     bindFlag and applyEnvValue.
+//  4. Check it in Validate (or the group's validateX), wrapping
+//     errdefs.ErrInvalidArgument; parse it in a method of Config when the
+//     daemon needs more than the field.
+//  5. Pass it from internal/daemon to the package that uses it, as a
+//     constructor argument.
+//  6. Regenerate docs/CONFIG.md: go test ./internal/config -run
+//     TestSettingsDoc -update.
 type Config struct {
 	// DataDir holds the metadata store, layers, templates and sandboxes.
 	DataDir string `json:"data_dir"`
@@ -123,6 +151,12 @@ type Config struct {
 	// WarmPools is the number of paused sandboxes kept ready per template
 	// (e.g. {"busybox": 2}); sizes set through the API win (limits.go).
 	WarmPools map[string]int `json:"warm_pools,omitempty"`
+	// Prespawn is the number of guests the native backend keeps started
+	// ahead of need, each in a cgroup and id range of its own, so a create
+	// skips the clone, the exec of the runner, its start-up and its move
+	// into a cgroup (native.Prespawn; hosts with cgroup v1 controllers,
+	// where that move is slow). 0: none.
+	Prespawn int `json:"prespawn"`
 
 	// SecretsKeyFile holds the master key of the secret store and of run
 	// tokens; it must be outside DataDir. Created (0600) when missing.
@@ -190,6 +224,7 @@ func Default() *Config {
 			DiskInodes:  DefaultDiskInodes,
 		},
 		SecretsKeyFile: DefaultSecretsKey,
+		Prespawn:       DefaultPrespawn,
 		TCPEdge:        TCPEdge{TCPRequestRate: DefaultTCPRequestRate, TCPRequestBurst: DefaultTCPRequestBurst},
 		LogLevel:       "info",
 		LogFormat:      "text",
@@ -247,45 +282,6 @@ func ParseSubID(r io.Reader, user string) (start, size uint32, ok bool, err erro
 	return 0, 0, false, nil
 }
 
-// ApplyEnv overrides fields from the AGENTBOX_* environment variables that
-// are set (an empty AGENTBOX_TCP turns TCP off).
-func (c *Config) ApplyEnv() {
-	set := func(name string, dst *string) {
-		if v, ok := os.LookupEnv(name); ok {
-			*dst = v
-		}
-	}
-	set(EnvDataDir, &c.DataDir)
-	set(EnvSocket, &c.SocketPath)
-	set(EnvTCP, &c.TCPAddr)
-	set(EnvAPIKeysFile, &c.APIKeysFile)
-	set(EnvLogLevel, &c.LogLevel)
-	set(EnvLogFormat, &c.LogFormat)
-	set(EnvSecretsKeyFile, &c.SecretsKeyFile)
-	set(EnvConnectorsFile, &c.ConnectorsFile)
-	set(EnvEgressHostsFile, &c.EgressHostsFile)
-	set(EnvEgressCAFile, &c.EgressCAFile)
-	set(EnvStorageDriver, &c.StorageDriver)
-	set(EnvCgroupParent, &c.CgroupParent)
-	if v, ok := os.LookupEnv(EnvMaxLayerDepth); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			n = -1 // refused by Validate
-		}
-		c.MaxLayerDepth = n
-	}
-	if v, ok := os.LookupEnv(EnvEgressPermit); ok {
-		c.EgressPermit = nil
-		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				c.EgressPermit = append(c.EgressPermit, p)
-			}
-		}
-	}
-	c.applyLimitsEnv()
-	c.applyTCPEnv()
-}
-
 // Validate reports every problem of c at once, joined, each wrapping
 // errdefs.ErrInvalidArgument.
 func (c *Config) Validate() error {
@@ -302,7 +298,7 @@ func (c *Config) Validate() error {
 		bad("socket path %q is longer than a unix socket address allows (107 bytes)", c.SocketPath)
 	}
 	if c.TCPAddr != "" {
-		if _, port, err := net.SplitHostPort(c.TCPAddr); err != nil || port == "" {
+		if _, ok := c.TCPPort(); !ok {
 			bad("tcp address %q must be host:port", c.TCPAddr)
 		}
 	}
@@ -318,6 +314,12 @@ func (c *Config) Validate() error {
 	}
 	checkRange("uid", c.UIDMapBase, c.UIDMapSize)
 	checkRange("gid", c.GIDMapBase, c.GIDMapSize)
+	// One range serves both: a sandbox's uid and gid maps are the same
+	// slot of it (package idrange).
+	if c.UIDMapBase != c.GIDMapBase || c.UIDMapSize != c.GIDMapSize {
+		bad("uid map %d+%d and gid map %d+%d must be the same range",
+			c.UIDMapBase, c.UIDMapSize, c.GIDMapBase, c.GIDMapSize)
+	}
 	if c.DefaultTemplate == "" {
 		bad("default template must be set")
 	}
@@ -340,6 +342,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxLayerDepth < 0 || c.MaxLayerDepth > 500 {
 		bad("max layer depth %d must be between 1 and 500 (0: default)", c.MaxLayerDepth)
+	}
+	if c.Prespawn < 0 || c.Prespawn > maxPrespawn {
+		bad("prespawn %d must be between 0 and %d", c.Prespawn, maxPrespawn)
+	}
+	if _, err := c.EgressPermitRules(); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
@@ -479,4 +487,32 @@ func (c *Config) EffectiveCgroupParent(dataDir string) string {
 		return c.CgroupParent
 	}
 	return DerivedCgroupParent(dataDir)
+}
+
+// TCPPort is the port of TCPAddr; false when TCPAddr is empty or not
+// host:port with a numeric port.
+func (c *Config) TCPPort() (int, bool) {
+	_, ps, err := net.SplitHostPort(c.TCPAddr)
+	if err != nil || ps == "" {
+		return 0, false
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < 0 || port > 65535 {
+		return 0, false
+	}
+	return port, true
+}
+
+// EgressPermitRules parses EgressPermit (egress.ParsePermit). Validate
+// refuses a config where it fails.
+func (c *Config) EgressPermitRules() ([]*egress.Rule, error) {
+	var rules []*egress.Rule
+	for _, s := range c.EgressPermit {
+		r, err := egress.ParsePermit(s)
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
 }

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -18,14 +17,10 @@ const maxWarmPool = 64
 
 var poolTemplateRE = lazyregexp.New(`^[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`)
 
-// applyLimitsEnv reads EnvWarmPools; a malformed entry becomes a negative
-// size that Validate refuses.
-func (c *Config) applyLimitsEnv() {
-	v, ok := os.LookupEnv(EnvWarmPools)
-	if !ok {
-		return
-	}
-	c.WarmPools = map[string]int{}
+// parseWarmPools parses EnvWarmPools ("busybox=2,debian=1"); a malformed
+// entry becomes a negative size that Validate refuses.
+func parseWarmPools(v string) map[string]int {
+	pools := map[string]int{}
 	for _, kv := range strings.Split(v, ",") {
 		if kv = strings.TrimSpace(kv); kv == "" {
 			continue
@@ -35,8 +30,9 @@ func (c *Config) applyLimitsEnv() {
 		if err != nil {
 			n = -1
 		}
-		c.WarmPools[strings.TrimSpace(name)] = n
+		pools[strings.TrimSpace(name)] = n
 	}
+	return pools
 }
 
 func (c *Config) validateLimits() []error {

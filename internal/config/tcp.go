@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -51,18 +50,6 @@ type TCPEdge struct {
 
 // TLS reports whether the TCP listener is configured to speak TLS.
 func (e *TCPEdge) TLS() bool { return e.TLSCertFile != "" }
-
-func (c *Config) applyTCPEnv() {
-	if v, ok := os.LookupEnv(EnvTLSCert); ok {
-		c.TLSCertFile = v
-	}
-	if v, ok := os.LookupEnv(EnvTLSKey); ok {
-		c.TLSKeyFile = v
-	}
-	if v, ok := os.LookupEnv(EnvInsecureTCP); ok {
-		c.InsecureTCP = v == "1" || strings.EqualFold(v, "true")
-	}
-}
 
 func (c *Config) validateTCP() []error {
 	var errs []error

@@ -82,10 +82,10 @@ type Listener struct {
 }
 
 // NewListener wraps inner. log receives one line per refused or evicted
-// connection at debug level; nil means slog.Default().
+// connection at debug level; nil discards them.
 func NewListener(inner net.Listener, lim Limits, log *slog.Logger) *Listener {
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Listener{Listener: inner, lim: lim, log: log, perAddr: map[netip.Addr]int{}, unauth: list.New()}
 }

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/cleanup"
 	"github.com/agentbox/agentbox/internal/config"
-	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/layergc"
@@ -39,6 +39,7 @@ import (
 	"github.com/agentbox/agentbox/internal/tunnel"
 	"github.com/agentbox/agentbox/internal/upgrade"
 	"github.com/agentbox/agentbox/internal/version"
+	"github.com/agentbox/agentbox/internal/warmpool"
 )
 
 // Options are what the config file does not say.
@@ -64,6 +65,8 @@ type Daemon struct {
 	pipe *pipelineAPI
 	// tenants is the tenant registry with its API (tenants.go).
 	tenants *tenantAPI
+	// pools are the warm pools, drained at Close.
+	pools *warmpool.Keeper
 	// gc runs layer collections after deletes (storage.go).
 	gc *collector
 	// svc is what both API listeners serve.
@@ -79,17 +82,20 @@ type Daemon struct {
 
 // New opens the data dir, re-adopts the sandboxes a previous daemon left
 // running and returns a daemon ready to Serve. cfg must be validated.
+//
+// On error New undoes what it did (in reverse order: see package cleanup):
+// the store and the socket-dir lock are released, the backend closed and
+// the sandboxes dir's bind mount, when New made it, unmounted.
 func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err error) {
+	var undo cleanup.Stack
+	defer undo.Clean()
 	log := opts.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.UIDMapBase != cfg.GIDMapBase || cfg.UIDMapSize != cfg.GIDMapSize {
-		return nil, fmt.Errorf("uid map %d+%d and gid map %d+%d must be the same range: %w",
-			cfg.UIDMapBase, cfg.UIDMapSize, cfg.GIDMapBase, cfg.GIDMapSize, errdefs.ErrInvalidArgument)
-	}
-	// The range is cut into 65536-id slots: slot 0 owns every layer and
-	// writable layer on disk, each sandbox runs in a slot of its own.
+	// The range (uid and gid maps are one, Validate says) is cut into
+	// 65536-id slots: slot 0 owns every layer and writable layer on disk,
+	// each sandbox runs in a slot of its own.
 	idRanges, err := idrange.New(cfg.UIDMapBase, cfg.UIDMapSize)
 	if err != nil {
 		return nil, fmt.Errorf("uid/gid map: %w", err)
@@ -114,26 +120,18 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			return nil, fmt.Errorf("locating the agentbox binary: %w", err)
 		}
 	}
-	st, err := store.Open(filepath.Join(cfg.DataDir, "meta.db"))
+	st, err := store.Open(filepath.Join(cfg.DataDir, "meta.db"), store.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			st.Close()
-		}
-	}()
+	undo.Add(func() { st.Close() })
 	// The data dir is this daemon's now (the store's lock); so must be the
 	// directory of its sockets before anything there is swept.
 	runLock, err := lockRunDir(filepath.Dir(cfg.SocketPath))
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			runLock.Close()
-		}
-	}()
+	undo.Add(func() { runLock.Close() })
 	// Refused here rather than at the first create, where a cgo or
 	// dynamically linked guest fails with an obscure setup error.
 	if err := runner.CheckStatic(guestBin); err != nil {
@@ -143,20 +141,26 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	if err := protectSandboxesDir(cfg.DataDir); err != nil {
+	unprotect, err := protectSandboxesDir(cfg.DataDir)
+	if err != nil {
 		return nil, err
 	}
+	undo.Add(func() {
+		if err := unprotect(); err != nil {
+			log.Warn("unmounting the sandboxes dir", "err", err)
+		}
+	})
 	dq, dqErr := setupDiskQuota(cfg.DataDir, log) // before any guest is spawned; see limits.go
-	// Two guests are kept prespawned so a create skips the clone, the exec
-	// of the runner, its start-up and its move into a cgroup (see
-	// native.Prespawn); two, so back-to-back creates find one fully warm.
-	// Every daemon has a cgroup parent of its own (derived from its data
-	// dir unless configured), locked for its life: a neighbour's start-up
-	// sweep never sees this one's sandboxes or prespawned guests.
+	// cfg.Prespawn guests are kept started so a create skips the clone,
+	// the exec of the runner, its start-up and its move into a cgroup (see
+	// native.Prespawn). Every daemon has a cgroup parent of its own
+	// (derived from its data dir unless configured), locked for its life:
+	// a neighbour's start-up sweep never sees this one's sandboxes or
+	// prespawned guests.
 	parent := cfg.EffectiveCgroupParent(realDataDir)
 	log.Info("cgroup parent", "parent", parent, "derived", cfg.CgroupParent == "")
-	backend, err := native.New(native.Config{Logger: log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: &native.Prespawn{
-		Size:      2,
+	backend, err := native.New(native.Config{Logger: log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: prespawn(cfg, &native.Prespawn{
+		Size:      cfg.Prespawn,
 		RunnerDir: runnerDir,
 		IDs:       idRanges,
 		LayerIDs:  ids,
@@ -165,16 +169,12 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// Every path of a sandbox's spec is in the data dir; a waiting
 		// zygote holds no other mount of the host.
 		Keep: []string{filepath.Clean(cfg.DataDir)},
-	}})
+	})})
 	if err != nil {
 		return nil, fmt.Errorf("starting the native backend: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = backend.Close()
-		}
-	}()
-	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids, layerOptions(cfg)...)
+	undo.Add(func() { _ = backend.Close() })
+	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids, layerOptions(cfg, log)...)
 	if err != nil {
 		return nil, err
 	}
@@ -197,11 +197,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			stopBridge()
-		}
-	}()
+	undo.Add(stopBridge)
 	edge, err := setupEgress(cfg, sec.ActiveRun, runsecrets.TenantSecrets{Store: secStore}, log)
 	if err != nil {
 		return nil, err
@@ -209,6 +205,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
 	snaps := snapshot.New(snapshot.Config{Layers: ls, Checkpoints: st, IDs: ids, Quotas: reg, Logger: log})
 	var tmpl *templates.Manager // built by the Manager (NewTemplates): the cycle of templates and sandboxes
+	// The warm pools fill only when SetPools starts them, after recovery.
+	pools := warmpool.New(warmpool.Config{DataDir: cfg.DataDir, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir:         cfg.DataDir,
 		RunDir:          filepath.Dir(cfg.SocketPath),
@@ -235,10 +233,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// Secrets first: its stream wrapper is the outermost, so
 		// redaction sees what every other wrapper passes on; its exec
 		// environment wins over the network's. Tunnels before the
-		// network, which refreshes them. Checkpoints last: a deleted
-		// sandbox's implicit checkpoints go after every other feature
-		// forgot it.
-		Extensions: []sandbox.Extension{sec, events, tun, network, snaps},
+		// network, which refreshes them. Checkpoints after them: a
+		// deleted sandbox's implicit checkpoints go after every other
+		// feature forgot it. The warm pools' sandboxes get every other
+		// extension's hooks when they are made.
+		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, pools},
 		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (_ sandbox.Templates, err error) {
 			// Kept for the template service, built above the core below.
 			tmpl, err = templates.New(templates.Config{
@@ -274,28 +273,33 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := mgr.PrepareDisks(ctx); err != nil {
 		log.Warn("disks of the default limit are formatted at create", "err", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = mgr.CloseDisks()
-		}
-	}()
+	undo.Add(func() { _ = mgr.CloseDisks() })
 	// Only now, with every recovered sandbox's id range taken, may
 	// prespawned guests take ranges.
 	backend.FillPool()
 	collectAtStart(ctx, layerGC, log)
-	if err := mgr.SetPools(ctx, cfg.WarmPools); err != nil {
+	if err := pools.SetPools(ctx, cfg.WarmPools); err != nil {
 		return nil, err
 	}
 	if err := pipe.start(ctx); err != nil {
 		return nil, err
 	}
 	gc := newCollector(layerGC, log)
-	svc := service{mgr, sec, events, network, snaps, tmplSvc, layerGC, upgrades, pipe, tenants, gc}
+	svc := service{mgr, sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
 	})
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, gc: gc, runLock: runLock, svc: svc}, nil
+	undo.Release()
+	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
+}
+
+// prespawn is p, or nil (no guests kept started) when cfg.Prespawn is 0.
+func prespawn(cfg *config.Config, p *native.Prespawn) *native.Prespawn {
+	if cfg.Prespawn == 0 {
+		return nil
+	}
+	return p
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -369,6 +373,7 @@ func (d *Daemon) Close() error {
 	d.shutdown()
 	d.stopBridge()
 	d.pipe.close()
+	d.pools.DrainPools(context.Background())
 	closeLimits(d.manager, d.cfg.DataDir, d.log)
 	_ = d.manager.Close()
 	if err := d.backend.Close(); err != nil {
@@ -388,6 +393,7 @@ type service struct {
 	*sandboxevents.Recorder // sandbox events API
 	*sandboxnet.Network     // network policy and egress log API
 	*snapshot.Snapshots     // checkpoints, restore, fork, diff and merge API
+	*warmpool.Keeper        // warm pools API
 	*templatesvc.Templates  // template list, build, import, export and save API
 	*layergc.Collector      // storage driver and garbage collection API
 	*upgrade.Upgrades       // runner staging, listing and guest upgrade API
@@ -404,4 +410,5 @@ var (
 	_ httpapi.DiffService       = service{} // snapshot
 	_ httpapi.MergeService      = service{} // snapshot
 	_ httpapi.CheckpointService = service{} // snapshot
+	_ httpapi.PoolService       = service{} // warmpool
 )

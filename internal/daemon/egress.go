@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/config"
@@ -43,19 +42,12 @@ func setupEgress(cfg *config.Config, runOf func(ctx context.Context, sandboxID s
 		}
 		ecfg.RootCAs = pool
 	}
-	for _, s := range cfg.EgressPermit {
-		r, err := egress.ParsePermit(s)
-		if err != nil {
-			return nil, err
-		}
-		ecfg.Permit = append(ecfg.Permit, r)
+	permit, err := cfg.EgressPermitRules()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.TCPAddr != "" {
-		_, ps, err := net.SplitHostPort(cfg.TCPAddr)
-		port, perr := strconv.Atoi(ps)
-		if err != nil || perr != nil {
-			return nil, fmt.Errorf("tcp address %q must be host:port: %w", cfg.TCPAddr, errdefs.ErrInvalidArgument)
-		}
+	ecfg.Permit = permit
+	if port, ok := cfg.TCPPort(); ok {
 		ecfg.SelfPorts = append(ecfg.SelfPorts, port)
 	}
 	return egress.New(ecfg), nil

@@ -1,24 +1,18 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/diskquota"
-	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
-
-// The Manager's warm pools reach the HTTP edge through the service adapter.
-var _ httpapi.PoolService = service{}
 
 // setupDiskQuota chooses how sandboxes' disk limits are enforced
 // (diskquota.Detect: XFS project quotas when <data>/sandboxes is on XFS
@@ -55,39 +49,50 @@ func setupDiskQuota(dataDir string, log *slog.Logger) (sandbox.DiskQuota, error)
 // re-applies the flags): a setuid binary or device node a sandbox plants
 // in its upper dir is inert on the host, whatever path or descriptor
 // reaches it. Call it before any sandbox is created.
-func protectSandboxesDir(dataDir string) error {
+//
+// undo takes back what this call did, for a daemon that fails to start:
+// it unmounts the bind mount when this call made it (lazily: files the
+// daemon opened below it may still be open), and does nothing when the
+// mount was there already (a previous daemon's, kept for its sandboxes).
+func protectSandboxesDir(dataDir string) (undo func() error, err error) {
 	dir := filepath.Join(dataDir, "sandboxes")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("sandboxes dir: %w", err)
+		return nil, fmt.Errorf("sandboxes dir: %w", err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("sandboxes dir: %w", err)
+		return nil, fmt.Errorf("sandboxes dir: %w", err)
 	}
-	ok, err := diskquota.IsMountPoint(dir)
+	mounted, err := diskquota.IsMountPoint(dir)
 	if err != nil {
-		return fmt.Errorf("sandboxes dir: %w", err)
+		return nil, fmt.Errorf("sandboxes dir: %w", err)
 	}
-	if !ok {
+	undo = func() error { return nil }
+	if !mounted {
 		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind-mounting the sandboxes dir %s: %w", dir, err)
+			return nil, fmt.Errorf("bind-mounting the sandboxes dir %s: %w", dir, err)
+		}
+		undo = func() error {
+			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+				return fmt.Errorf("unmounting the sandboxes dir %s: %w", dir, err)
+			}
+			return nil
 		}
 	}
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 	if err := unix.MountSetattr(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, &attr); err != nil {
-		return fmt.Errorf("making the sandboxes dir %s nosuid,nodev: %w", dir, err)
+		_ = undo()
+		return nil, fmt.Errorf("making the sandboxes dir %s nosuid,nodev: %w", dir, err)
 	}
-	return nil
+	return undo, nil
 }
 
-// closeLimits deletes the pooled sandboxes and, when no sandbox dir is
-// left (so no writable layer needs the nosuid,nodev mount) and no quota
-// filesystem is mounted, undoes the sandboxes dir's own mount so the data
-// dir is an ordinary directory again. While sandboxes remain (a restart)
-// the mount stays, and the next daemon re-adopts it.
+// closeLimits, once the warm pools are drained, deletes the template disk
+// image and, when no sandbox dir is left (so no writable layer needs the
+// nosuid,nodev mount) and no quota filesystem is mounted, undoes the
+// sandboxes dir's own mount so the data dir is an ordinary directory
+// again. While sandboxes remain (a restart) the mount stays, and the next
+// daemon re-adopts it.
 func closeLimits(m *sandbox.Manager, dataDir string, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m.DrainPools(ctx)
 	if err := m.CloseDisks(); err != nil {
 		log.Warn("deleting the template disk image", "err", err)
 	}

@@ -16,9 +16,9 @@ import (
 
 var _ httpapi.StorageService = service{}
 
-// layerOptions maps the config onto the layer store.
-func layerOptions(cfg *config.Config) []layers.Option {
-	return []layers.Option{layers.WithDriverName(cfg.StorageDriver), layers.WithMaxDepth(cfg.MaxLayerDepth)}
+// layerOptions maps the config onto the layer store, which logs to log.
+func layerOptions(cfg *config.Config, log *slog.Logger) []layers.Option {
+	return []layers.Option{layers.WithDriverName(cfg.StorageDriver), layers.WithMaxDepth(cfg.MaxLayerDepth), layers.WithLogger(log)}
 }
 
 // Info adds the storage driver to the Manager's description.

@@ -96,7 +96,7 @@ func New(cfg Config) *Proxy {
 		cfg.MaxRecords = 1000
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Proxy{cfg: cfg, log: cfg.Logger, sandboxes: make(map[string]*sandbox)}
 }

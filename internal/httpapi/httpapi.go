@@ -31,7 +31,7 @@ const DefaultMaxBodyBytes = 1 << 20
 // kind of listener: the unix socket (trusted, RequireAuth false) or TCP
 // (RequireAuth true with APIKeys, AllowedHosts for DNS-rebinding defence).
 type Options struct {
-	// Logger receives one line per request; nil means slog.Default().
+	// Logger receives one line per request; nil discards them.
 	Logger *slog.Logger
 	// Version is sent in the Agentbox-Version header of every response.
 	Version string
@@ -83,7 +83,7 @@ type handler struct {
 // New returns the API v1 handler serving svc.
 func New(svc Service, opts Options) http.Handler {
 	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes

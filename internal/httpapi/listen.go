@@ -130,7 +130,7 @@ type Server struct {
 // soon as Shutdown begins; other requests get the grace period.
 func NewServer(log *slog.Logger, eps ...Endpoint) *Server {
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	streams, stop := context.WithCancel(context.Background())
 	base := context.WithValue(context.Background(), streamStopKey{}, streams)

@@ -20,8 +20,16 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/runtime"
 )
+
+// IDMap maps a contiguous range of ids inside a sandbox, starting at 0, to
+// host ids starting at HostID. It lives here, in a leaf package, so that
+// the packages that own files by id range (layers, templates) need not
+// import the isolation backends' contract; IDMap is this type.
+type IDMap struct {
+	HostID uint32
+	Size   uint32
+}
 
 // SlotSize is the number of ids of one slot: a full 16-bit id space, as
 // inside a sandbox uids 0..65535 exist (65534 is nobody).
@@ -57,18 +65,18 @@ func New(base, size uint32) (*Allocator, error) {
 }
 
 // Canonical is slot 0, the range files are owned by on disk.
-func (a *Allocator) Canonical() runtime.IDMap { return runtime.IDMap{HostID: a.base, Size: SlotSize} }
+func (a *Allocator) Canonical() IDMap { return IDMap{HostID: a.base, Size: SlotSize} }
 
 // Capacity is the number of sandbox slots.
 func (a *Allocator) Capacity() int { return a.slots - 1 }
 
-func (a *Allocator) slot(i int) runtime.IDMap {
-	return runtime.IDMap{HostID: a.base + uint32(i)*SlotSize, Size: SlotSize}
+func (a *Allocator) slot(i int) IDMap {
+	return IDMap{HostID: a.base + uint32(i)*SlotSize, Size: SlotSize}
 }
 
 // index returns r's slot index, or an error unless r is exactly a sandbox
 // slot of this allocator.
-func (a *Allocator) index(r runtime.IDMap) (int, error) {
+func (a *Allocator) index(r IDMap) (int, error) {
 	if r.Size != SlotSize || r.HostID < a.base || (r.HostID-a.base)%SlotSize != 0 {
 		return 0, fmt.Errorf("id range %d+%d is not a slot of %d+%d: %w", r.HostID, r.Size, a.base, uint64(a.slots)*SlotSize, errdefs.ErrInvalidArgument)
 	}
@@ -82,7 +90,7 @@ func (a *Allocator) index(r runtime.IDMap) (int, error) {
 // Alloc returns the lowest free slot (low slots are reused first, so the
 // idmap user namespaces the backend keeps per slot stay few). It fails
 // with errdefs.ErrResourceExhausted when every slot is in use.
-func (a *Allocator) Alloc() (runtime.IDMap, error) {
+func (a *Allocator) Alloc() (IDMap, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i := a.next; i < a.slots; i++ {
@@ -92,14 +100,14 @@ func (a *Allocator) Alloc() (runtime.IDMap, error) {
 			return a.slot(i), nil
 		}
 	}
-	return runtime.IDMap{}, fmt.Errorf("all %d sandbox id ranges are in use (uid_map_size %d): %w",
+	return IDMap{}, fmt.Errorf("all %d sandbox id ranges are in use (uid_map_size %d): %w",
 		a.slots-1, uint64(a.slots)*SlotSize, errdefs.ErrResourceExhausted)
 }
 
 // Adopt marks r in use: a recovered sandbox keeps its range. It fails with
 // errdefs.ErrAlreadyExists when r is in use and errdefs.ErrInvalidArgument
 // when r is not a sandbox slot of this allocator.
-func (a *Allocator) Adopt(r runtime.IDMap) error {
+func (a *Allocator) Adopt(r IDMap) error {
 	i, err := a.index(r)
 	if err != nil {
 		return err
@@ -115,7 +123,7 @@ func (a *Allocator) Adopt(r runtime.IDMap) error {
 
 // Release frees r. Call it only once no process runs in r and the files of
 // its sandbox are gone. Releasing a free or foreign range does nothing.
-func (a *Allocator) Release(r runtime.IDMap) {
+func (a *Allocator) Release(r IDMap) {
 	i, err := a.index(r)
 	if err != nil {
 		return

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/runtime"
 )
 
 func TestNewRefusesRangesWithoutASandboxSlot(t *testing.T) {
@@ -27,10 +26,10 @@ func TestAllocDistinctLowestFirstAndExhaustion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := a.Canonical(); c != (runtime.IDMap{HostID: 100000, Size: 65536}) {
+	if c := a.Canonical(); c != (IDMap{HostID: 100000, Size: 65536}) {
 		t.Fatalf("canonical %+v", c)
 	}
-	var got []runtime.IDMap
+	var got []IDMap
 	for range 3 {
 		r, err := a.Alloc()
 		if err != nil {
@@ -38,7 +37,7 @@ func TestAllocDistinctLowestFirstAndExhaustion(t *testing.T) {
 		}
 		got = append(got, r)
 	}
-	want := []runtime.IDMap{{HostID: 165536, Size: 65536}, {HostID: 231072, Size: 65536}, {HostID: 296608, Size: 65536}}
+	want := []IDMap{{HostID: 165536, Size: 65536}, {HostID: 231072, Size: 65536}, {HostID: 296608, Size: 65536}}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("slot %d = %+v, want %+v", i, got[i], want[i])
@@ -63,14 +62,14 @@ func TestAdopt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2 := runtime.IDMap{HostID: 100000 + 2*65536, Size: 65536}
+	s2 := IDMap{HostID: 100000 + 2*65536, Size: 65536}
 	if err := a.Adopt(s2); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Adopt(s2); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Fatalf("second Adopt = %v", err)
 	}
-	for _, bad := range []runtime.IDMap{a.Canonical(), {HostID: 100001, Size: 65536}, {HostID: 165536, Size: 100}, {HostID: 100000 + 4*65536, Size: 65536}, {HostID: 5, Size: 65536}} {
+	for _, bad := range []IDMap{a.Canonical(), {HostID: 100001, Size: 65536}, {HostID: 165536, Size: 100}, {HostID: 100000 + 4*65536, Size: 65536}, {HostID: 5, Size: 65536}} {
 		if err := a.Adopt(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("Adopt(%+v) = %v, want invalid argument", bad, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -178,6 +179,10 @@ func copyData(dst, src *os.File, reflink bool) error {
 
 // Option configures New.
 type Option func(*Store)
+
+// WithLogger makes the store log to l (the daemon's configured logger);
+// without it the store logs nothing.
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 
 // WithDriver makes the store use d instead of probing its filesystem.
 func WithDriver(d Driver) Option { return func(s *Store) { s.driver = d } }

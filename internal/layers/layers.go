@@ -2,7 +2,7 @@
 // stack as read-only overlayfs lower directories.
 //
 // A layer is a plain host directory whose files are owned by the host ids of
-// the sandbox user namespace (runtime.IDMap: sandbox uid N is host uid
+// the sandbox user namespace (idrange.IDMap: sandbox uid N is host uid
 // HostID+N). Overlay metadata inside a layer uses the unprivileged
 // ("userxattr") form: whiteouts are character devices 0:0 and opaque
 // directories carry the xattr user.overlay.opaque=y. A layer produced by a
@@ -47,7 +47,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // shortLen is the length of the directory name of a layer (hex digits of its
@@ -81,7 +81,7 @@ type CreateOptions struct {
 // Store manages the layers under one root directory.
 type Store struct {
 	root   string
-	ids    runtime.IDMap
+	ids    idrange.IDMap
 	log    *slog.Logger
 	driver Driver // see driver.go
 
@@ -101,7 +101,7 @@ type Store struct {
 //
 // The storage driver is probed on root's filesystem (see ProbeDriver)
 // unless an Option chooses one.
-func New(root string, ids runtime.IDMap, opts ...Option) (*Store, error) {
+func New(root string, ids idrange.IDMap, opts ...Option) (*Store, error) {
 	if ids.Size == 0 {
 		return nil, fmt.Errorf("layer store %s: empty id map: %w", root, errdefs.ErrInvalidArgument)
 	}
@@ -109,7 +109,14 @@ func New(root string, ids runtime.IDMap, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("layer store %s: %w", root, err)
 	}
-	s := &Store{root: root, ids: ids, log: slog.Default().With("component", "layers"), layers: map[string]*Layer{}}
+	s := &Store{root: root, ids: ids, layers: map[string]*Layer{}}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("component", "layers")
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("creating layer store: %w", err)
 	}
@@ -125,9 +132,6 @@ func New(root string, ids runtime.IDMap, opts ...Option) (*Store, error) {
 	}
 	if err := s.load(); err != nil {
 		return nil, err
-	}
-	for _, o := range opts {
-		o(s)
 	}
 	if s.driver == nil {
 		if s.driver, err = DriverByName(s.driverName, s.tmpDir()); err != nil {
@@ -196,7 +200,7 @@ func (s *Store) load() error {
 func (s *Store) Root() string { return s.root }
 
 // IDs returns the id map the store's layers are owned by.
-func (s *Store) IDs() runtime.IDMap { return s.ids }
+func (s *Store) IDs() idrange.IDMap { return s.ids }
 
 // TreeHash is TreeHash(dir, s.IDs()).
 func (s *Store) TreeHash(dir string) (string, error) { return TreeHash(dir, s.ids) }

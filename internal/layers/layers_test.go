@@ -12,11 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-var testIDs = runtime.IDMap{HostID: 100000, Size: 65536}
+var testIDs = idrange.IDMap{HostID: 100000, Size: 65536}
 
 func newStore(t *testing.T) *Store {
 	t.Helper()

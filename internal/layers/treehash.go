@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/untar"
 )
 
@@ -39,13 +39,13 @@ import (
 //
 // Two trees with the same TreeHash are byte-identical as seen from inside a
 // sandbox, which later proves restores exact.
-func TreeHash(dir string, ids runtime.IDMap) (string, error) {
+func TreeHash(dir string, ids idrange.IDMap) (string, error) {
 	h, _, err := hashTree(context.Background(), dir, ids)
 	return h, err
 }
 
 // hashTree computes TreeHash and the bytes allocated by the tree.
-func hashTree(ctx context.Context, dir string, ids runtime.IDMap) (string, int64, error) {
+func hashTree(ctx context.Context, dir string, ids idrange.IDMap) (string, int64, error) {
 	h := sha256.New()
 	var size int64
 	inodes := map[uint64]string{} // inode -> first path, for hardlinks

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // Entry types of a View.
@@ -124,7 +124,7 @@ func comparePaths(a, b string) int {
 // The upper directory of a running sandbox may be read while the sandbox
 // runs; files that change meanwhile are seen in either state (or fail a
 // later Digest with errdefs.ErrConflict).
-func MergedView(ctx context.Context, dirs []string, ids runtime.IDMap) (*View, error) {
+func MergedView(ctx context.Context, dirs []string, ids idrange.IDMap) (*View, error) {
 	v := &View{entries: map[string]*Entry{}}
 	// hidden: entries of higher layers that hide everything below them at
 	// their path (whiteouts and non-directories); opaque: directories of
@@ -230,7 +230,7 @@ func MergedView(ctx context.Context, dirs []string, ids runtime.IDMap) (*View, e
 // overflowID is the id a file owned outside the sandbox's map shows as.
 const overflowID = 65534
 
-func insideID(host int64, ids runtime.IDMap) int64 {
+func insideID(host int64, ids idrange.IDMap) int64 {
 	if ids.Size == 0 {
 		return host
 	}

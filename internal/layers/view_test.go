@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
@@ -54,11 +54,11 @@ func TestMergedViewAndDiff(t *testing.T) {
 	mkSpecTree(t, lower, "a/x=1", "a/y=2", "b/z=3", "c=file", "d/inner=4", "e/deep/f=5", "same=x", "ln->/etc/passwd", "keep=k")
 	mkSpecTree(t, upper, "a/x!", "b/!", "b/new=n", "c/", "c/under=u", "d!", "same=y", "ln->/etc/shadow", "e/deep/g=6")
 
-	lv, err := MergedView(ctx, []string{lower}, runtime.IDMap{})
+	lv, err := MergedView(ctx, []string{lower}, idrange.IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mv, err := MergedView(ctx, []string{upper, lower}, runtime.IDMap{})
+	mv, err := MergedView(ctx, []string{upper, lower}, idrange.IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestMergedViewAndDiff(t *testing.T) {
 	// Equal content in different files is no change; the hash agrees.
 	other := filepath.Join(base, "copy")
 	mkSpecTree(t, other, "a/y=2", "b/new=n", "c/under=u", "e/deep/f=5", "e/deep/g=6", "keep=k", "ln->/etc/shadow", "same=y")
-	cv, err := MergedView(ctx, []string{other}, runtime.IDMap{})
+	cv, err := MergedView(ctx, []string{other}, idrange.IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestMergedViewAndDiff(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(other, "keep"), []byte("K"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cv2, _ := MergedView(ctx, []string{other}, runtime.IDMap{})
+	cv2, _ := MergedView(ctx, []string{other}, idrange.IDMap{})
 	if h3, _ := cv2.Hash(ctx); h3 == h1 {
 		t.Fatal("hash did not change with a file's content")
 	}
@@ -119,7 +119,7 @@ func TestMergedViewNeverFollowsSymlinks(t *testing.T) {
 	mkSpecTree(t, outside, "secret=s")
 	layer := filepath.Join(base, "layer")
 	mkSpecTree(t, layer, "escape->"+outside, "f=1")
-	v, err := MergedView(ctx, []string{layer}, runtime.IDMap{})
+	v, err := MergedView(ctx, []string{layer}, idrange.IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func New(cfg Config) (*Pipeline, error) {
 		cfg.Clock = clock.Real{}
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.SampleInterval <= 0 {
 		cfg.SampleInterval = DefaultSampleInterval

@@ -14,6 +14,8 @@ package runtime
 import (
 	"context"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // Capability names reported by backends.
@@ -51,11 +53,9 @@ func (c Capabilities) Has(feature string) bool {
 }
 
 // IDMap maps a contiguous range of ids inside the sandbox, starting at 0, to
-// host ids starting at HostID.
-type IDMap struct {
-	HostID uint32
-	Size   uint32
-}
+// host ids starting at HostID. It is defined in the leaf package idrange so
+// that packages owning files by id range need not import this contract.
+type IDMap = idrange.IDMap
 
 // Resources are cgroup limits; zero fields mean "no limit".
 type Resources struct {

@@ -22,6 +22,7 @@ func TestCoreImportsNoFeature(t *testing.T) {
 		"internal/templatesvc":   "the template API is above the core; it saves through LockRunning and Handle.Frozen",
 		"internal/layergc":       "the collector is above the core; it asks for LayersInUse",
 		"internal/upgrade":       "runner staging and upgrade requests are above the core; the swap is UpgradeGuest",
+		"internal/warmpool":      "warm pools attach as a create interceptor over the core's hidden sandboxes",
 		"internal/egress":        "the egress proxy is sandboxnet's, reached through its NetworkEdge",
 		"internal/bridge":        "the API bridge is a tunnel route registered by the daemon",
 		"internal/secrets":       "the secret store and token minter are runsecrets'",

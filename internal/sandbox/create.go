@@ -27,13 +27,14 @@ const (
 
 var (
 	hostnameRE = lazyregexp.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	templateRE = lazyregexp.New(`^([a-z0-9][a-z0-9-]{0,31}~)?[a-z0-9][a-z0-9._-]{0,127}(@[a-z0-9]{1,64})?$`) // [TENANT~]NAME[@VERSION]
 	idRE       = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,63}$`)
 )
 
 func validateCreate(req *api.CreateSandboxRequest) error {
-	if req.Template != "" && !templateRE.MatchString(req.Template) {
-		return fmt.Errorf("template name %q is not valid: %w", req.Template, errdefs.ErrInvalidArgument)
+	if req.Template != "" {
+		if err := validate.TemplateRef(req.Template); err != nil {
+			return err
+		}
 	}
 	if err := validate.Env(req.Env); err != nil {
 		return err
@@ -84,16 +85,16 @@ func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxReques
 	}
 	defer release()
 	req.Resources.DiskBytes = disk
-	if sb, ok := m.claim(ctx, req, tmpl); ok {
+	if sb, ok := m.intercept(ctx, req, tmpl); ok {
 		return sb, nil
 	}
 	return m.createFrom(ctx, req, tmpl, "")
 }
 
-// createFrom creates a sandbox of the resolved template tmpl; pool names
-// the warm pool that will hold it (pool.go), "" for a sandbox handed out
-// at once.
-func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template, pool string) (api.Sandbox, error) {
+// createFrom creates a sandbox of the resolved template tmpl; hidden names
+// the holder of a hidden sandbox (core_pool.go), "" for a sandbox handed
+// out at once.
+func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template, hidden string) (api.Sandbox, error) {
 	res, err := m.resolveResources(req.Resources, tmpl)
 	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
@@ -145,8 +146,8 @@ func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, 
 		SocketPath: p.socket,
 		StateDir:   p.state,
 	}
-	if pool != "" {
-		setExtra(&rec, recordExtra{Pool: pool})
+	if hidden != "" {
+		setHidden(&rec, hidden)
 	}
 	b, err := m.start(ctx, rec, true)
 	if err != nil {
@@ -228,7 +229,7 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: saving record: %w", id, err)
 	}
-	b := &box{guest: guest, rec: rec, rt: rt, pool: extraOf(rec).Pool}
+	b := &box{guest: guest, rec: rec, rt: rt, hidden: hiddenOf(rec)}
 	if err := m.register(b); err != nil {
 		_ = m.store.DeleteSandbox(context.WithoutCancel(ctx), id)
 		return nil, err

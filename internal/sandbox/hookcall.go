@@ -25,6 +25,7 @@ type hooks struct {
 	purge     []namedHook[PurgeHook]
 	exec      []namedHook[ExecWrapper]
 	stream    []namedHook[StreamWrapper]
+	intercept []namedHook[CreateInterceptor]
 	observers []Observer
 }
 
@@ -72,6 +73,9 @@ func collectHooks(exts []Extension) (hooks, error) {
 		}
 		if h, ok := e.(StreamWrapper); ok {
 			hs.stream = append(hs.stream, namedHook[StreamWrapper]{n, h})
+		}
+		if h, ok := e.(CreateInterceptor); ok {
+			hs.intercept = append(hs.intercept, namedHook[CreateInterceptor]{n, h})
 		}
 		if h, ok := e.(Observer); ok {
 			hs.observers = append(hs.observers, h)
@@ -284,7 +288,7 @@ func (m *Manager) observeID(ctx context.Context, kind, id, detail string, err er
 }
 
 // observeTransition shows b's last transition (one recorded without
-// setStateLocked: a create, a warm pool's hand-out).
+// setStateLocked: a create, a hidden sandbox's hand-out).
 func (m *Manager) observeTransition(ctx context.Context, b *box) {
 	if len(m.hooks.observers) == 0 {
 		return

@@ -22,10 +22,12 @@ import (
 // Scenarios:
 //
 //  1. Creating a sandbox: PrepareHook.PrepareCreate sees the request
-//     first. The guest starts and the sandbox is registered;
-//     then StartHook.OnStart (cause api.CauseCreate) and CreateHook.OnCreate
-//     run, in registration order. An error from either deletes the sandbox
-//     again and fails the create with that error.
+//     first. Once it is admitted, a CreateInterceptor (core_pool.go) may
+//     supply the sandbox, a hidden one made earlier (a warm pool's), and
+//     nothing below runs. Otherwise the guest starts and the sandbox is
+//     registered; then StartHook.OnStart (cause api.CauseCreate) and
+//     CreateHook.OnCreate run, in registration order. An error from either
+//     deletes the sandbox again and fails the create with that error.
 //  2. Running a command: ExecWrapper.WrapExec runs for every exec and
 //     background process, under the sandbox's operation lock, in
 //     registration order, and may change the request (environment, the
@@ -55,8 +57,8 @@ import (
 // Extension is a feature attached to the core. It implements any of the
 // hook interfaces of this file (PrepareHook, CreateHook, StartHook, StopHook,
 // DeleteHook, RecoverHook, PurgeHook, ExecWrapper, StreamWrapper, Observer,
-// Provisioner) and RescueHook (core_snapshot.go); New checks each with a
-// type assertion.
+// Provisioner), RescueHook (core_snapshot.go) and CreateInterceptor
+// (core_pool.go); New checks each with a type assertion, once.
 type Extension interface {
 	// Name names the extension in logs (a hook's logged error says which
 	// extension it came from).
@@ -76,7 +78,7 @@ type Provisioner interface {
 // *Manager implements it.
 type Core interface {
 	// Handle returns sandbox id as the caller of ctx sees it (ErrNotFound
-	// for another tenant's, a pooled or an unknown sandbox).
+	// for another tenant's, a hidden or an unknown sandbox).
 	Handle(ctx context.Context, id string) (*Handle, error)
 	// Acquire returns sandbox id running (woken first when asleep) with
 	// its operation lock held shared; it counts as a call (the sandbox is
@@ -87,9 +89,9 @@ type Core interface {
 	ListProcesses(ctx context.Context, id string) ([]api.Process, error)
 }
 
-// PrepareHook sees every create request (not a warm pool's hand-out of a
-// sandbox already prepared) after it is validated, before anything is
-// allocated for it.
+// PrepareHook sees every create request after it is validated, before
+// anything is allocated for it (and before a CreateInterceptor is asked;
+// not the creation of a hidden sandbox, see core_pool.go).
 type PrepareHook interface {
 	// PrepareCreate may normalize req (the network spec). An error fails
 	// the create with it.

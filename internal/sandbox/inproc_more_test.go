@@ -1,7 +1,6 @@
 package sandbox_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -27,73 +26,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
-}
-
-func pool(t *testing.T, m *sandbox.Manager, name string) api.Pool {
-	t.Helper()
-	ps, err := m.Pools(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range ps {
-		if p.Template == name {
-			return p
-		}
-	}
-	return api.Pool{}
-}
-
-// A warm pool fills with paused sandboxes that creates claim; it refills,
-// survives a restart and drains.
-func TestInprocWarmPool(t *testing.T) {
-	h := sandboxtest.New(t)
-	ctx := ctxT(t)
-	if _, err := h.M.SetPool(ctx, "base", 2); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the pool to fill", func() bool { return pool(t, h.M, "base").Ready == 2 })
-	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 0 {
-		t.Fatalf("pooled sandboxes are listed: %+v", l)
-	}
-	sb := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"from": "pool"}, Env: map[string]string{"X": "y"}})
-	if sb.State != api.StateRunning || sb.Labels["from"] != "pool" {
-		t.Fatalf("claimed %+v", sb)
-	}
-	if p := pool(t, h.M, "base"); p.Claims != 1 {
-		t.Fatalf("pool after a claim: %+v", p)
-	}
-	if r := h.Exec(sb.ID, api.ExecRequest{Command: "echo $X"}); r.Stdout != "y\n" {
-		t.Fatalf("exec in a claimed sandbox = %+v", r)
-	}
-	waitFor(t, "the pool to refill", func() bool { return pool(t, h.M, "base").Ready == 2 })
-	for _, bad := range []struct {
-		name string
-		size int
-	}{{"Bad Name", 1}, {"base", -1}, {"missing", 1}} {
-		if _, err := h.M.SetPool(ctx, bad.name, bad.size); err == nil {
-			t.Errorf("SetPool(%q, %d) succeeded", bad.name, bad.size)
-		}
-	}
-	if err := h.M.SetPools(ctx, map[string]int{"base": 5, "Bad Name": 1}); !errdefs.IsInvalidArgument(err) {
-		t.Fatalf("SetPools with a bad name: %v", err)
-	}
-
-	h.M.Close()
-	m2 := h.Manager()
-	if err := m2.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if p := pool(t, m2, "base"); p.Size != 2 {
-		t.Fatalf("pool after restart: %+v", p)
-	}
-	waitFor(t, "the recovered pool to be ready", func() bool { return pool(t, m2, "base").Ready == 2 })
-	if _, err := m2.SetPool(ctx, "base", 0); err != nil {
-		t.Fatal(err)
-	}
-	m2.DrainPools(ctx)
-	if ps, _ := m2.Pools(ctx); len(ps) != 0 {
-		t.Fatalf("pools after drain: %+v", ps)
-	}
 }
 
 // Tenants see only their own sandboxes and templates; a tenant with

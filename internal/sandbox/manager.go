@@ -6,8 +6,10 @@
 // policy have one place to live.
 //
 // Features (secrets and run tokens, events, tunnels, network policy,
-// checkpoints, restore, fork, diff and merge) are not called by the core: they are Extensions, given to New, that attach
-// through the extension points of hooks.go. This package imports no
+// checkpoints, restore, fork, diff and merge, warm pools) are not called by
+// the core: they are Extensions, given to New, that attach through the
+// extension points of hooks.go (core_snapshot.go and core_pool.go add the
+// core's API for checkpoints and for warm pools). This package imports no
 // feature package; see docs/EXTENSIONS.md.
 //
 // Concurrency: Manager methods are safe for concurrent use. Operations on one
@@ -112,7 +114,6 @@ type Manager struct {
 	templates Templates
 	store     store.Store
 	lc        lifecycleState
-	pools     poolState  // warm pools; see pool.go
 	lim       limitState // OOM reporting; see limits.go
 	hooks     hooks      // the extensions' hooks; see hooks.go
 
@@ -137,9 +138,9 @@ type box struct {
 	deleted bool
 	expiry  clock.Timer
 	lc      boxLifecycle // idle accounting; see lifecycle.go
-	// pool is the template whose warm pool holds the sandbox until it is
-	// claimed (pool.go); "" for every handed-out sandbox.
-	pool string
+	// hidden is the holder of a hidden sandbox until it is handed out
+	// (core_pool.go); "" for every other sandbox.
+	hidden string
 }
 
 // New returns a Manager with the template store tmpl, or, when tmpl is
@@ -150,7 +151,7 @@ func New(cfg Config, backend runtime.Backend, tmpl Templates, st store.Store) (*
 		return nil, fmt.Errorf("sandbox manager: data, run and runner dirs are required: %w", errdefs.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.DefaultTemplate == "" {
 		cfg.DefaultTemplate = "busybox"
@@ -230,7 +231,7 @@ func (m *Manager) ListSandboxes(ctx context.Context, labels map[string]string) (
 	m.mu.Lock()
 	boxes := make([]*box, 0, len(m.sandboxes))
 	for _, b := range m.sandboxes {
-		if !b.pooled() && p.Sees(b.owner()) {
+		if !b.isHidden() && p.Sees(b.owner()) {
 			boxes = append(boxes, b)
 		}
 	}
@@ -283,7 +284,7 @@ func (m *Manager) LookupSandbox(ctx context.Context, id string) (api.Sandbox, er
 	return b.view(), nil
 }
 
-// get returns sandbox id for the caller of ctx. A pooled sandbox (not
+// get returns sandbox id for the caller of ctx. A hidden sandbox (not
 // handed out yet) and another tenant's sandbox are ErrNotFound, exactly
 // like an unknown id: this is where tenants are kept apart, since every
 // call naming a sandbox comes through here.
@@ -291,7 +292,7 @@ func (m *Manager) get(ctx context.Context, id string) (*box, error) {
 	m.mu.Lock()
 	b, ok := m.sandboxes[id]
 	m.mu.Unlock()
-	if !ok || b.pooled() || !tenant.From(ctx).Sees(b.owner()) {
+	if !ok || b.isHidden() || !tenant.From(ctx).Sees(b.owner()) {
 		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	return b, nil

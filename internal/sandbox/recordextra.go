@@ -11,8 +11,9 @@ type recordExtra struct {
 	// ForkBase is the id of the checkpoint the sandbox was forked from:
 	// the common ancestor of a merge with its parent or a sibling.
 	ForkBase string `json:"fork_base,omitempty"`
-	// Pool is the template whose warm pool holds the sandbox, until it is
-	// claimed (pool.go).
+	// Pool is the holder of a hidden sandbox (a warm pool's template)
+	// until it is handed out (core_pool.go); the key is the one records
+	// have always had.
 	Pool string `json:"pool,omitempty"`
 }
 

@@ -69,7 +69,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	m.removeOrphanDisks(ctx, known)
 	m.recoverLayers(ctx)
-	m.recoverPools(ctx)
+	m.reapHidden(ctx)
 	m.sweepOrphans(ctx)
 	m.log.InfoContext(ctx, "sandboxes recovered", "adopted", adopted, "reaped", reaped)
 	return nil

@@ -87,7 +87,7 @@ func (m *Manager) Holdings(owner string) (sandboxes int, diskBytes int64) {
 	m.mu.Unlock()
 	for _, b := range boxes {
 		b.mu.Lock()
-		if !b.deleted && b.pool == "" && tenant.Owner(b.rec.Sandbox.Tenant) == owner {
+		if !b.deleted && b.hidden == "" && tenant.Owner(b.rec.Sandbox.Tenant) == owner {
 			sandboxes++
 			diskBytes += b.rec.Sandbox.Resources.DiskBytes
 		}

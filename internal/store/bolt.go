@@ -58,7 +58,7 @@ func WithOpenTimeout(d time.Duration) Option { return func(o *openOptions) { o.t
 // the file, Open fails after the open timeout with an error wrapping
 // errdefs.ErrUnavailable instead of waiting forever.
 func Open(path string, opts ...Option) (*Bolt, error) {
-	o := openOptions{log: slog.Default(), timeout: DefaultOpenTimeout}
+	o := openOptions{log: slog.New(slog.DiscardHandler), timeout: DefaultOpenTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}

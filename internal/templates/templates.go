@@ -83,7 +83,7 @@ type Config struct {
 	Layers  *layers.Store // where template layers live
 	IDs     runtime.IDMap // sandbox id map; must match Layers
 	Runner  StepRunner    // runs "run" steps; nil: run steps fail with ErrFailedPrecondition; a StepScratcher caps their disk use
-	Logger  *slog.Logger  // nil: slog.Default()
+	Logger  *slog.Logger  // nil: discard
 	// BusyboxPath is the static busybox binary used for the busybox base.
 	// Default "/bin/busybox".
 	BusyboxPath string
@@ -183,7 +183,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("templates: id map %+v differs from the layer store's %+v: %w", cfg.IDs, cfg.Layers.IDs(), errdefs.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.BusyboxPath == "" {
 		cfg.BusyboxPath = "/bin/busybox"

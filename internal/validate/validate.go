@@ -1,7 +1,8 @@
 // Package validate holds agentbox's one set of rules for environment
-// variables and labels, shared by the API edge (httpapi), sandbox
-// creation, exec and fork (sandbox), templates and the guest. It is a leaf:
-// it imports only errdefs and lazyregexp, so the guest may use it too.
+// variables and labels (and the shape of a template reference), shared by
+// the API edge (httpapi), sandbox creation, exec and fork (sandbox),
+// templates, warm pools and the guest. It is a leaf: it imports only
+// errdefs and lazyregexp, so the guest may use it too.
 //
 // There are two rules for environments, for two kinds of source:
 //

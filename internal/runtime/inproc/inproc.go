@@ -46,7 +46,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -55,6 +54,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
@@ -145,7 +145,7 @@ var live = struct {
 // startSeq makes every guest's start_time distinct.
 var startSeq atomic.Int64
 
-var idRE = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+var idRE = lazyregexp.New(`^[a-z0-9-]{1,64}$`)
 
 // Capabilities reports what the backend enforces: pausing and stats only.
 func (b *Backend) Capabilities() runtime.Capabilities {

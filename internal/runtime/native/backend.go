@@ -45,7 +45,7 @@ type Config struct {
 	// guest a cgroup of its own. Default LegacyCgroupParent. Two daemons
 	// must not share one (the daemon derives it from its data dir).
 	CgroupParent string
-	// Logger receives lifecycle events; default slog.Default().
+	// Logger receives lifecycle events; nil discards them.
 	Logger *slog.Logger
 	// Prespawn, when set, keeps guests started ahead of need; see Prespawn.
 	// Call Close to stop them.
@@ -119,7 +119,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("cgroup parent %q: %w", cfg.CgroupParent, errdefs.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	mode := cgroupMode()
 	if mode == "" {

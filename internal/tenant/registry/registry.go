@@ -59,7 +59,7 @@ type liveReq struct{ cancel context.CancelCauseFunc }
 // Open loads the registry from st.
 func Open(ctx context.Context, st store.TenantStore, log *slog.Logger) (*Registry, error) {
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Registry{st: st, log: log, now: time.Now, tenants: map[string]api.Tenant{}, keys: map[string]store.APIKeyRecord{}, live: map[string]map[*liveReq]struct{}{}}
 	ts, err := st.ListTenants(ctx)
