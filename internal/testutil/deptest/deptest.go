@@ -13,9 +13,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -136,7 +136,11 @@ func load(t *testing.T, pattern string) *graph {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(goruntime.GOROOT(), "bin", "go")
+		root := os.Getenv("GOROOT")
+		if root == "" {
+			t.Fatalf("no go command on PATH and GOROOT unset: %v", err)
+		}
+		goBin = filepath.Join(root, "bin", "go")
 	}
 	cmd := exec.Command(goBin, "list", "-deps", "-json=ImportPath,Imports,DepOnly,Standard,Error", pattern)
 	var stderr bytes.Buffer
