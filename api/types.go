@@ -55,6 +55,10 @@ type CreateSandboxRequest struct {
 	Name      string      `json:"name,omitempty"`
 	Lifecycle string      `json:"lifecycle,omitempty"` // "session" (default) or "persistent"; see api/lifecycle.go
 	Idle      *IdlePolicy `json:"idle,omitempty"`      // overrides of the preset's idle policy
+	// Runtime names the isolation backend to run on (Info.Backends);
+	// default: the daemon's (--runtime). An unknown one is 400. The
+	// sandbox reports it as Sandbox.Backend.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Sandbox states.
@@ -308,6 +312,15 @@ type BuildEvent struct {
 	Error    *Error    `json:"error,omitempty"`
 }
 
+// BackendInfo describes one isolation backend of the daemon: the name a
+// create request's runtime field gives, and what it enforces.
+type BackendInfo struct {
+	Name         string   `json:"name"`
+	Default      bool     `json:"default,omitempty"`
+	Capabilities []string `json:"capabilities"`
+	CgroupMode   string   `json:"cgroup_mode,omitempty"`
+}
+
 // Info is the body of GET /v1/info.
 type Info struct {
 	Version      string   `json:"version"`
@@ -317,6 +330,9 @@ type Info struct {
 	CgroupMode   string   `json:"cgroup_mode"`
 	DataDir      string   `json:"data_dir"`
 	Sandboxes    int      `json:"sandboxes"`
+	// Backend, Capabilities and CgroupMode describe the default backend;
+	// Backends lists every backend the daemon runs, the default first.
+	Backends []BackendInfo `json:"backends,omitempty"`
 	// StorageDriver is the layer storage driver: "copy" or "reflink".
 	StorageDriver string `json:"storage_driver,omitempty"`
 	// DiskQuota is how disk_bytes and disk_inodes are enforced:

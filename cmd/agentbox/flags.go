@@ -66,6 +66,7 @@ func parseBytes(s string) (int64, error) {
 // specFlags are the flags that describe a sandbox (create, run).
 type specFlags struct {
 	template string
+	runtime  string
 	env      []string
 	labels   []string
 	cpus     float64
@@ -85,6 +86,7 @@ type specFlags struct {
 func (f *specFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.template, "template", "", "template to start from (default: the daemon's)")
+	fs.StringVar(&f.runtime, "runtime", "", "isolation backend to run on, one of those \"agentbox info\" lists (default: the daemon's)")
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE for every command (repeatable)")
 	fs.StringArrayVarP(&f.labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores, e.g. 0.5")
@@ -119,7 +121,7 @@ func (f *specFlags) spec() (agentbox.SandboxSpec, error) {
 	if f.cpus < 0 || f.pids < 0 || f.timeout < 0 {
 		return spec, fmt.Errorf("--cpus, --pids and --timeout must not be negative")
 	}
-	spec.Template, spec.Hostname = f.template, f.hostname
+	spec.Template, spec.Hostname, spec.Runtime = f.template, f.hostname, f.runtime
 	spec.Resources.CPUs, spec.Resources.PidsMax = f.cpus, f.pids
 	if err := f.limits.apply(&spec.Resources); err != nil {
 		return spec, err

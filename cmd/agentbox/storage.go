@@ -39,6 +39,13 @@ func infoCmd() *cobra.Command {
 			fmt.Fprintf(tw, "Version:\t%s (API %s)\n", info.Version, info.API)
 			fmt.Fprintf(tw, "Backend:\t%s (cgroup %s)\n", info.Backend, info.CgroupMode)
 			fmt.Fprintf(tw, "Capabilities:\t%v\n", info.Capabilities)
+			for _, b := range info.Backends {
+				def := ""
+				if b.Default {
+					def = ", default"
+				}
+				fmt.Fprintf(tw, "Runtime %s:\t%v (cgroup %s%s)\n", b.Name, b.Capabilities, b.CgroupMode, def)
+			}
 			fmt.Fprintf(tw, "Storage driver:\t%s\n", info.StorageDriver)
 			dq := info.DiskQuota
 			if dq == "" {

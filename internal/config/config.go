@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
 )
 
 // Environment variables read by ApplyEnv.
@@ -45,6 +46,8 @@ const (
 	EnvCgroupParent = "AGENTBOX_CGROUP_PARENT"
 	// EnvPrespawn: see Config.Prespawn.
 	EnvPrespawn = "AGENTBOX_PRESPAWN"
+	// EnvRuntime: see Config.Runtime.
+	EnvRuntime = "AGENTBOX_RUNTIME"
 )
 
 // Defaults.
@@ -53,6 +56,7 @@ const (
 	DefaultSocketPath = "/run/agentbox/agentbox.sock"
 	DefaultSecretsKey = "/etc/agentbox/secrets.key"
 	DefaultTemplate   = "busybox"
+	DefaultRuntime    = "native" // the backend of sandboxes whose create names none
 	DefaultIDMapBase  = 100000
 	// DefaultIDMapSize holds 4096 slots of 65536 ids (package idrange):
 	// the layers' canonical range and 4095 sandboxes' own ranges.
@@ -195,6 +199,10 @@ type Config struct {
 	// (DerivedCgroupParent), so two daemons with different data dirs never
 	// share one. Use EffectiveCgroupParent to read it.
 	CgroupParent string `json:"cgroup_parent,omitempty"`
+	// Runtime names the isolation backend of sandboxes whose create
+	// request names none (internal/runtime.Registry; "native"). The daemon
+	// refuses to start when it runs no backend of that name.
+	Runtime string `json:"runtime,omitempty"`
 	// CPUYield makes sandboxes that stay CPU-bound yield the CPU to the
 	// other sandboxes and, while any does, all sandboxes to the host (see
 	// internal/runtime/native/cpuyield.go). Nil means on.
@@ -216,6 +224,7 @@ func Default() *Config {
 		GIDMapBase:      DefaultIDMapBase,
 		GIDMapSize:      DefaultIDMapSize,
 		DefaultTemplate: DefaultTemplate,
+		Runtime:         DefaultRuntime,
 		DefaultResources: Resources{
 			CPUs:        1,
 			MemoryBytes: 1 << 30,
@@ -322,6 +331,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DefaultTemplate == "" {
 		bad("default template must be set")
+	}
+	if c.Runtime != "" && !runtime.ValidName(c.Runtime) {
+		bad("runtime %q must be a backend name (lower-case letters, digits and dashes)", c.Runtime)
 	}
 	if !filepath.IsAbs(c.SecretsKeyFile) {
 		bad("secrets key file %q must be an absolute path", c.SecretsKeyFile)

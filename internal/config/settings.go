@@ -59,6 +59,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.TCPRequestBurst }},
 	{Key: "default_template", Flag: "default-template", Usage: "template of sandboxes that name none",
 		field: func(c *Config) any { return &c.DefaultTemplate }},
+	{Key: "runtime", Flag: "runtime", Env: EnvRuntime, Usage: "isolation backend of sandboxes whose create names none",
+		field: func(c *Config) any { return &c.Runtime }},
 	{Key: "secrets_key_file", Flag: "secrets-key-file", Env: EnvSecretsKeyFile, Usage: "master key of the secret store and run tokens, outside the data dir; created when missing",
 		field: func(c *Config) any { return &c.SecretsKeyFile }},
 	{Key: "connectors_file", Flag: "connectors-file", Env: EnvConnectorsFile, Usage: "JSON array of API bridge connectors [{name, url, secret, header, format}]",

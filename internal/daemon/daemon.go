@@ -26,7 +26,7 @@ import (
 	"github.com/agentbox/agentbox/internal/ratelimit"
 	"github.com/agentbox/agentbox/internal/runner"
 	"github.com/agentbox/agentbox/internal/runsecrets"
-	"github.com/agentbox/agentbox/internal/runtime/native"
+	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxevents"
 	"github.com/agentbox/agentbox/internal/sandboxnet"
@@ -48,17 +48,22 @@ type Options struct {
 	// sandboxes' runner; default: this process's executable.
 	GuestBinary string
 	Logger      *slog.Logger
+	// Backends are backends built by the caller (tests: the in-process
+	// one), run beside the built-in ones (backends.go); one of a built-in
+	// backend's name replaces it. Config.Runtime may name any.
+	Backends []runtime.Backend
 }
 
 // Daemon is a running agentbox daemon.
 type Daemon struct {
 	cfg     *config.Config
-	backend *native.Backend
 	log     *slog.Logger
 	store   *store.Bolt
 	manager *sandbox.Manager
 	handler http.Handler
 	secrets *secrets.Store
+	// backends are the isolation backends by name (backends.go).
+	backends *runtime.Registry
 	// stopBridge closes the API bridge.
 	stopBridge func()
 	// pipe is the execution pipeline and its triggers (pipeline.go).
@@ -92,6 +97,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if err := checkRuntime(cfg, builtinBackends, opts.Backends); err != nil {
+		return nil, err
 	}
 	// The range (uid and gid maps are one, Validate says) is cut into
 	// 65536-id slots: slot 0 owns every layer and writable layer on disk,
@@ -151,29 +159,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		}
 	})
 	dq, dqErr := setupDiskQuota(cfg.DataDir, log) // before any guest is spawned; see limits.go
-	// cfg.Prespawn guests are kept started so a create skips the clone,
-	// the exec of the runner, its start-up and its move into a cgroup (see
-	// native.Prespawn). Every daemon has a cgroup parent of its own
-	// (derived from its data dir unless configured), locked for its life:
-	// a neighbour's start-up sweep never sees this one's sandboxes or
-	// prespawned guests.
-	parent := cfg.EffectiveCgroupParent(realDataDir)
-	log.Info("cgroup parent", "parent", parent, "derived", cfg.CgroupParent == "")
-	backend, err := native.New(native.Config{Logger: log, CgroupParent: parent, OwnParent: true, CPUYield: cfg.CPUYieldOn(), Forker: filepath.Join(runnerDir, "agentbox"), Prespawn: prespawn(cfg, &native.Prespawn{
-		Size:      cfg.Prespawn,
-		RunnerDir: runnerDir,
-		IDs:       idRanges,
-		LayerIDs:  ids,
-		SocketDir: filepath.Join(filepath.Dir(cfg.SocketPath), "sb"),
-		LogDir:    filepath.Join(cfg.DataDir, "sandboxes", ".zygotes"),
-		// Every path of a sandbox's spec is in the data dir; a waiting
-		// zygote holds no other mount of the host.
-		Keep: []string{filepath.Clean(cfg.DataDir)},
-	})})
+	backends, err := newBackends(backendEnv{cfg: cfg, log: log, runnerDir: runnerDir, realDataDir: realDataDir, idRanges: idRanges, ids: ids}, builtinBackends, opts.Backends)
 	if err != nil {
-		return nil, fmt.Errorf("starting the native backend: %w", err)
+		return nil, err
 	}
-	undo.Add(func() { _ = backend.Close() })
+	undo.Add(func() { _ = backends.Close() })
 	ls, err := layers.New(filepath.Join(cfg.DataDir, "layers"), ids, layerOptions(cfg, log)...)
 	if err != nil {
 		return nil, err
@@ -253,7 +243,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			}
 			return tmpl, nil
 		},
-	}, backend, nil, st)
+	}, backends, nil, st)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +266,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	undo.Add(func() { _ = mgr.CloseDisks() })
 	// Only now, with every recovered sandbox's id range taken, may
 	// prespawned guests take ranges.
-	backend.FillPool()
+	backends.FillPools()
 	collectAtStart(ctx, layerGC, log)
 	if err := pools.SetPools(ctx, cfg.WarmPools); err != nil {
 		return nil, err
@@ -291,15 +281,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Version: version.Version,
 	})
 	undo.Release()
-	return &Daemon{cfg: cfg, backend: backend, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
-}
-
-// prespawn is p, or nil (no guests kept started) when cfg.Prespawn is 0.
-func prespawn(cfg *config.Config, p *native.Prespawn) *native.Prespawn {
-	if cfg.Prespawn == 0 {
-		return nil
-	}
-	return p
+	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -376,8 +358,8 @@ func (d *Daemon) Close() error {
 	d.pools.DrainPools(context.Background())
 	closeLimits(d.manager, d.cfg.DataDir, d.log)
 	_ = d.manager.Close()
-	if err := d.backend.Close(); err != nil {
-		d.log.Warn("stopping prespawned guests", "err", err)
+	if err := d.backends.Close(); err != nil {
+		d.log.Warn("closing backends", "err", err)
 	}
 	err := d.store.Close()
 	d.runLock.Close()

@@ -7,8 +7,60 @@
 // socket path on which the guest answers. Everything the guest says is
 // untrusted; the backend never interprets it.
 //
+// # Backends chosen by configuration
+//
+// A daemon runs several backends side by side in a Registry, by name
+// (Capabilities.Name); its --runtime setting names the default. A create
+// request may name another (api.CreateSandboxRequest.Runtime); the name is
+// recorded with the sandbox (api.Sandbox.Backend), and every later
+// operation on it, re-adoption by a restarted daemon included, goes to that
+// backend. Daemon-wide duties beyond single sandboxes are optional
+// interfaces beside Backend: Closer (stop what the backend runs of its
+// own), Sweeper (remove what no record claims at start-up), Prespawner
+// (start guests ahead of need) and IDRangeClaimer.
+//
+// # The guest start-up protocol
+//
+// Every backend starts the same guest, the runner: the agentbox binary in
+// Spec.RunnerDir (staged and self-checked by package runner), and owes it
+// the following; the guest owes the backend the rest.
+//
+//  1. The guest sees the sandbox's root filesystem (Spec.Layers under
+//     Spec.UpperDir, as overlayfs does) as "/", and the runner directory
+//     read-only at /.agentbox, which is never part of the user's layers.
+//  2. The backend creates the listening unix socket at Spec.SocketPath
+//     (0600, in a root-only host directory never visible inside) and hands
+//     it to the guest already listening: the guest never creates or
+//     resolves a host path. The guest serves the guest protocol
+//     (package guest/proto; guest.Serve) on every connection it accepts.
+//  3. The guest reports when setup is complete (or why it failed) on a
+//     channel of the backend's; Create returns only then, so the first
+//     connection needs no retry. The report is untrusted: it is quoted in
+//     an error, never acted on.
+//  4. The guest's stdout and stderr go to a file in Spec.StateDir; its
+//     environment is the backend's, not the user's (sandbox processes get
+//     their own from each exec).
+//
+// The native backend's form of it is package native/nsinit: the runner is
+// executed as "agentbox guest init" through its descriptor (fd 6, closed
+// first thing), with the listener on fd 3 (nsinit.ListenerFD); a
+// SOCK_SEQPACKET socket on fd 4 (nsinit.ConfigFD) carrying one message, a
+// JSON nsinit.Config with two descriptors (SCM_RIGHTS): the root
+// filesystem and the runner directory as detached mounts the host built;
+// and a pipe on fd 5 (nsinit.SyncFD) on which the guest writes "w" once it
+// waits for its config (a prespawned guest is claimed only then), then "ok"
+// or a JSON nsinit.SyncMessage. Its version is nsinit.SetupVersion, which
+// a runner's self-check reports: a daemon stages (and so starts) only
+// runners of its own setup version. Another backend (a VM, gVisor) may
+// carry the same three things differently; what the guest serves on the
+// listener does not change. A test-only backend without isolation may
+// serve the guest in-process instead, saying what of the above it does
+// not provide.
+//
 // Implementations live in subpackages (native, ...); runtimetest holds the
-// conformance suite every implementation must pass.
+// conformance suite every implementation must pass. docs/CONTRACTS.md,
+// "Runtime backends: the contract" and "Adding a backend", says the same
+// for readers of the repository.
 package runtime
 
 import (
@@ -125,24 +177,83 @@ const (
 // Backend starts and re-adopts sandboxes.
 //
 // Methods are safe for concurrent use on distinct sandbox ids; the caller
-// serialises operations on one id.
+// serialises operations on one id. A sandbox's life on a backend: Create
+// (or, in a later daemon, Recover from the persisted State), then any
+// number of Sandbox calls, then Destroy; or, when the Sandbox is lost
+// (Recover failed, the daemon crashed mid-create), Cleanup from the spec
+// alone. The id may be created again once Destroy or Cleanup returned nil
+// (a hibernated sandbox's guest is started again under its id).
 type Backend interface {
 	Capabilities() Capabilities
 
 	// Create starts the sandbox's guest and returns once the guest accepts
 	// connections on spec.SocketPath. On error nothing of the sandbox is
 	// left behind (processes, cgroups, mounts, socket).
+	//
+	// An id whose guest runs on the backend (created by this process or
+	// an earlier daemon, neither destroyed nor cleaned up) is refused with
+	// errdefs.ErrAlreadyExists, and nothing of that sandbox is touched.
+	// Callers Destroy or Cleanup an id before they create it again; an id
+	// whose guest has exited but that was not destroyed may be refused
+	// too (native refuses as long as the sandbox's cgroup exists). A stale
+	// socket file left at spec.SocketPath by a sandbox that is gone is
+	// replaced.
+	//
+	// ctx bounds Create (without a deadline the backend applies its own,
+	// native: 30 s for the guest's setup); a backend need not interrupt
+	// every step for it (native waits for ctx only once the guest is
+	// started). When ctx ends first, Create tears everything down on a
+	// context of its own (context.WithoutCancel) and returns an error that
+	// is ctx.Err() (errors.Is; native's is errdefs.ErrDeadlineExceeded
+	// too).
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
 
 	// Recover re-adopts a sandbox created by an earlier daemon from the
 	// opaque state its Sandbox.State returned. It fails with
-	// errdefs.ErrNotFound when the sandbox no longer runs; the caller then
-	// calls Cleanup to reap what is left.
+	// errdefs.ErrNotFound when the sandbox no longer runs, or when the
+	// state is unreadable; the caller then calls Cleanup to reap what is
+	// left. The guest it adopts is untouched: its processes never notice.
+	//
+	// State is persisted across daemon upgrades: a backend must recover
+	// from the State of every earlier release (native: JSON {pid,
+	// start_time, cgroup}, accepting sandboxes made under the parent
+	// cgroup of releases before per-daemon parents), only add fields to
+	// it, and never change a field's meaning. A state it cannot read
+	// makes the caller reap a live sandbox.
 	Recover(ctx context.Context, spec Spec, state []byte) (Sandbox, error)
 
 	// Cleanup removes whatever is left of a sandbox that could not be
-	// recovered (processes, cgroups, socket, state dir). Idempotent.
+	// recovered (processes, cgroups, socket, state dir). Idempotent; nil
+	// for an id the backend knows nothing of.
 	Cleanup(ctx context.Context, spec Spec) error
+}
+
+// Closer is implemented by backends that run something of their own
+// beyond their sandboxes (native: prespawned guests, the forker helper,
+// the CPU yield policy, the lock on its cgroup parent). Close stops it;
+// sandboxes keep running, for the next daemon to re-adopt. Call it once,
+// after the last call to the backend.
+type Closer interface {
+	Close() error
+}
+
+// Sweeper is implemented by backends that can find host resources of
+// sandboxes no record claims (native: cgroups under its own parent, when
+// it owns that parent alone). SweepOrphans removes those of every sandbox
+// id keep rejects and returns the ids it removed; errors of single
+// sandboxes are joined, the sweep goes on. The daemon calls it once at
+// start-up, after every record has been re-adopted or reaped, with keep
+// accepting every id it knows.
+type Sweeper interface {
+	SweepOrphans(ctx context.Context, keep func(id string) bool) ([]string, error)
+}
+
+// Prespawner is implemented by backends that start guests ahead of need
+// (native: Prespawn). FillPool lets them start: the daemon calls it once
+// every host id range a recovered sandbox runs in is marked in use, so a
+// prespawned guest never takes one (IDRangeClaimer). Idempotent.
+type Prespawner interface {
+	FillPool()
 }
 
 // Sandbox is one running (or exited) sandbox. Methods are safe for
@@ -151,7 +262,9 @@ type Sandbox interface {
 	ID() string
 	// SocketPath is the host unix socket on which the guest answers.
 	SocketPath() string
-	// State returns the opaque record Recover needs; the caller persists it.
+	// State returns the opaque record Recover needs; the caller persists
+	// it in its store, where daemons of later releases read it back (see
+	// Backend.Recover).
 	State() []byte
 	// Status reports whether the guest still runs.
 	Status(ctx context.Context) (Status, error)

@@ -108,8 +108,12 @@ func (b *box) isHidden() bool {
 }
 
 // intercept asks the create interceptors whether one supplies the sandbox
-// req asks for.
+// req asks for. Sandboxes they hold run on the default backend: a request
+// for another is never intercepted.
 func (m *Manager) intercept(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template) (api.Sandbox, bool) {
+	if req.Runtime != "" && req.Runtime != m.backends.DefaultName() {
+		return api.Sandbox{}, false
+	}
 	for _, x := range m.hooks.intercept {
 		if sb, ok := x.h.InterceptCreate(ctx, req, tmpl); ok {
 			return sb, true

@@ -95,6 +95,9 @@ func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxReques
 // the holder of a hidden sandbox (core_pool.go), "" for a sandbox handed
 // out at once.
 func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template, hidden string) (api.Sandbox, error) {
+	if _, err := m.resolveRuntime(&req); err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
+	}
 	res, err := m.resolveResources(req.Resources, tmpl)
 	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
@@ -126,7 +129,7 @@ func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, 
 		Labels:     cloneMap(req.Labels),
 		Resources:  res,
 		Hostname:   hostname,
-		Backend:    m.backend.Capabilities().Name,
+		Backend:    req.Runtime,
 		CreatedAt:  now,
 		Network:    req.Network,
 		Name:       req.Name,
@@ -183,8 +186,13 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 			}
 		}
 	}()
+	be, err := m.backendOf(rec)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	rec.Sandbox.Backend = be.Capabilities().Name
 	// First, so undone last: after the guest and the sandbox dir are gone.
-	release, err := m.assignIDs(&rec)
+	release, err := m.assignIDs(&rec, be)
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
@@ -202,7 +210,7 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 		return nil, fmt.Errorf("creating sandbox %s: creating state dir: %w", id, err)
 	}
 	spec := m.runtimeSpec(rec)
-	rt, err := m.backend.Create(ctx, spec)
+	rt, err := be.Create(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +355,7 @@ func (m *Manager) deleteLocked(ctx context.Context, b *box, cause string) error 
 		if err := rt.Destroy(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("destroying: %w", err))
 		}
-	} else if err := m.backend.Cleanup(ctx, m.runtimeSpec(rec)); err != nil {
+	} else if err := m.cleanupRuntime(ctx, rec); err != nil {
 		// Hibernated (or failed): no guest runs; clear any leftovers.
 		errs = append(errs, fmt.Errorf("cleaning up: %w", err))
 	}

@@ -51,7 +51,11 @@ func (m *Manager) startGuestLocked(ctx context.Context, b *box, layers []string)
 	if err := os.MkdirAll(m.paths(rec.Sandbox.ID).state, 0o700); err != nil {
 		return fmt.Errorf("starting guest: %w", err)
 	}
-	rt, err := m.backend.Create(ctx, m.runtimeSpec(rec))
+	be, err := m.backendOf(rec)
+	if err != nil {
+		return fmt.Errorf("starting guest: %w", err)
+	}
+	rt, err := be.Create(ctx, m.runtimeSpec(rec))
 	if err != nil {
 		return fmt.Errorf("starting guest: %w", err)
 	}

@@ -24,16 +24,16 @@ func (m *Manager) idsOf(rec store.SandboxRecord) runtime.IDMap {
 	return m.cfg.IDs
 }
 
-// allocIDs returns a range of its own for a new sandbox or build step: a
-// prespawned guest's, when the backend has one ready (the Create with that
-// range then uses the guest), else a fresh one. The caller owns the range
+// allocIDs returns a range of its own for a new sandbox or build step to
+// run on be: a prespawned guest's, when be has one ready (the Create with
+// that range then uses the guest), else a fresh one. The caller owns the range
 // and frees it with releaseIDs. Without Config.IDRanges it returns
 // Config.IDs and ok false (nothing to free).
-func (m *Manager) allocIDs() (_ runtime.IDMap, ok bool, _ error) {
+func (m *Manager) allocIDs(be runtime.Backend) (_ runtime.IDMap, ok bool, _ error) {
 	if m.cfg.IDRanges == nil {
 		return m.cfg.IDs, false, nil
 	}
-	if c, isClaimer := m.backend.(runtime.IDRangeClaimer); isClaimer {
+	if c, isClaimer := be.(runtime.IDRangeClaimer); isClaimer {
 		if r, claimed := c.ClaimIDRange(); claimed {
 			return r, true, nil
 		}
@@ -53,13 +53,13 @@ func (m *Manager) releaseIDs(r runtime.IDMap) {
 	}
 }
 
-// assignIDs gives rec a range of its own unless it has one. The returned
-// undo frees it again (nil when nothing was assigned).
-func (m *Manager) assignIDs(rec *store.SandboxRecord) (undo func(), err error) {
+// assignIDs gives rec, to run on be, a range of its own unless it has one.
+// The returned undo frees it again (nil when nothing was assigned).
+func (m *Manager) assignIDs(rec *store.SandboxRecord, be runtime.Backend) (undo func(), err error) {
 	if rec.Sandbox.IDRange != nil {
 		return nil, nil
 	}
-	r, ok, err := m.allocIDs()
+	r, ok, err := m.allocIDs(be)
 	if err != nil || !ok {
 		return nil, err
 	}

@@ -175,7 +175,11 @@ func (m *Manager) resolveLifecycle(req *api.CreateSandboxRequest) error {
 		}
 		eff.TTLCountsAsleep = o.TTLCountsAsleep
 	}
-	if !m.backend.Capabilities().Has(runtime.CapPause) {
+	be, err := m.backends.Lookup(req.Runtime)
+	if err != nil {
+		return err
+	}
+	if !be.Capabilities().Has(runtime.CapPause) {
 		eff.PauseAfterSeconds = 0 // the backend cannot freeze: skip the warm step
 	}
 	req.Idle = &eff
@@ -442,7 +446,7 @@ func (m *Manager) SandboxTransitions(ctx context.Context, id string) ([]api.Tran
 // pauseLocked freezes b (b.life held exclusively).
 func (m *Manager) pauseLocked(ctx context.Context, b *box, cause, detail string) error {
 	b.mu.Lock()
-	state, rt, id := b.rec.Sandbox.State, b.rt, b.rec.Sandbox.ID
+	state, rt, id, backend := b.rec.Sandbox.State, b.rt, b.rec.Sandbox.ID, m.backendName(b.rec)
 	b.mu.Unlock()
 	switch state {
 	case api.StatePaused:
@@ -453,7 +457,7 @@ func (m *Manager) pauseLocked(ctx context.Context, b *box, cause, detail string)
 	}
 	p, ok := rt.(runtime.Pauser)
 	if !ok {
-		return fmt.Errorf("pausing sandbox %s: backend %s cannot freeze: %w", id, m.backend.Capabilities().Name, errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("pausing sandbox %s: backend %s cannot freeze: %w", id, backend, errdefs.ErrFailedPrecondition)
 	}
 	if err := p.Pause(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", id, err)
@@ -551,7 +555,7 @@ func (m *Manager) wakeLocked(ctx context.Context, b *box, cause, detail string, 
 				return fmt.Errorf("restarting sandbox %s: %w", id, err)
 			}
 		} else if state != api.StateHibernated {
-			if err := m.backend.Cleanup(ctx, m.runtimeSpec(b.rec)); err != nil {
+			if err := m.cleanupRuntime(ctx, b.rec); err != nil {
 				return fmt.Errorf("restarting sandbox %s: %w", id, err)
 			}
 		}

@@ -186,7 +186,7 @@ func newTestManager(t *testing.T) (*Manager, *clocktest.Fake, *fakeBackend) {
 		DataDir: filepath.Join(dir, "data"), RunDir: runDir, RunnerDir: filepath.Join(dir, "runner"),
 		IDs:   runtime.IDMap{HostID: uint32(os.Getuid()), Size: 1},
 		Clock: clk,
-	}, be, nil, st)
+	}, registryOf(t, be), nil, st)
 	if err != nil {
 		t.Fatal(err)
 	}

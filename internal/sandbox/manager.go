@@ -110,7 +110,7 @@ type IDRanges interface {
 type Manager struct {
 	cfg       Config
 	log       *slog.Logger
-	backend   runtime.Backend
+	backends  *runtime.Registry // the backend of each sandbox by name (backends.go)
 	templates Templates
 	store     store.Store
 	lc        lifecycleState
@@ -143,12 +143,12 @@ type box struct {
 	hidden string
 }
 
-// New returns a Manager with the template store tmpl, or, when tmpl is
-// nil, the one cfg.NewTemplates builds. Call Recover once before serving
-// requests.
-func New(cfg Config, backend runtime.Backend, tmpl Templates, st store.Store) (*Manager, error) {
-	if cfg.DataDir == "" || cfg.RunDir == "" || cfg.RunnerDir == "" {
-		return nil, fmt.Errorf("sandbox manager: data, run and runner dirs are required: %w", errdefs.ErrInvalidArgument)
+// New returns a Manager running sandboxes on backends, with the template
+// store tmpl, or, when tmpl is nil, the one cfg.NewTemplates builds. Call
+// Recover once before serving requests.
+func New(cfg Config, backends *runtime.Registry, tmpl Templates, st store.Store) (*Manager, error) {
+	if cfg.DataDir == "" || cfg.RunDir == "" || cfg.RunnerDir == "" || backends == nil {
+		return nil, fmt.Errorf("sandbox manager: data, run and runner dirs and backends are required: %w", errdefs.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -179,7 +179,7 @@ func New(cfg Config, backend runtime.Backend, tmpl Templates, st store.Store) (*
 	m := &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger,
-		backend:   backend,
+		backends:  backends,
 		templates: tmpl,
 		store:     st,
 		hooks:     hs,
@@ -198,12 +198,12 @@ func New(cfg Config, backend runtime.Backend, tmpl Templates, st store.Store) (*
 	return m, nil
 }
 
-// Backend returns the isolation backend's capabilities.
-func (m *Manager) Backend() runtime.Capabilities { return m.backend.Capabilities() }
+// Backend returns the default isolation backend's capabilities.
+func (m *Manager) Backend() runtime.Capabilities { return m.backends.Default().Capabilities() }
 
 // Info reports the daemon's version, backend and number of sandboxes.
 func (m *Manager) Info(ctx context.Context) (api.Info, error) {
-	caps := m.backend.Capabilities()
+	caps := m.backends.Default().Capabilities()
 	m.mu.Lock()
 	n := len(m.sandboxes)
 	m.mu.Unlock()
@@ -216,6 +216,7 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		CgroupMode:        caps.CgroupMode,
 		DataDir:           m.cfg.DataDir,
 		Sandboxes:         n,
+		Backends:          m.backendInfos(),
 		DiskQuota:         m.DiskQuotaMethod(),
 		DefaultDiskBytes:  m.cfg.DefaultResources.DiskBytes,
 		DefaultDiskInodes: m.cfg.DefaultResources.DiskInodes,

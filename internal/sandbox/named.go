@@ -26,6 +26,10 @@ func (m *Manager) CreateSandbox(ctx context.Context, req api.CreateSandboxReques
 // the sandbox's guest answers. On error nothing of a new sandbox is left
 // behind.
 func (m *Manager) CreateOrGetSandbox(ctx context.Context, req api.CreateSandboxRequest) (_ api.Sandbox, created bool, _ error) {
+	explicitRuntime := req.Runtime
+	if _, err := m.resolveRuntime(&req); err != nil {
+		return api.Sandbox{}, false, fmt.Errorf("creating sandbox: %w", err)
+	}
 	if err := m.resolveLifecycle(&req); err != nil {
 		return api.Sandbox{}, false, fmt.Errorf("creating sandbox: %w", err)
 	}
@@ -43,6 +47,9 @@ func (m *Manager) CreateOrGetSandbox(ctx context.Context, req api.CreateSandboxR
 	sb := b.view()
 	if req.Template != "" && req.Template != sb.Template {
 		return api.Sandbox{}, false, fmt.Errorf("sandbox %q exists with template %s, not %s: %w", req.Name, sb.Template, req.Template, errdefs.ErrConflict)
+	}
+	if explicitRuntime != "" && req.Runtime != sb.Backend {
+		return api.Sandbox{}, false, fmt.Errorf("sandbox %q exists on runtime %s, not %s: %w", req.Name, sb.Backend, req.Runtime, errdefs.ErrConflict)
 	}
 	b.life.Lock()
 	err := m.wakeLocked(ctx, b, api.CauseWake, "create by name", true)
@@ -78,7 +85,11 @@ func (m *Manager) byName(owner, name string) *box {
 func (m *Manager) adoptAsleep(ctx context.Context, rec store.SandboxRecord) error {
 	b := &box{rec: rec}
 	if rec.Sandbox.State == api.StatePaused {
-		rt, err := m.backend.Recover(ctx, m.runtimeSpec(rec), rec.RuntimeState)
+		be, err := m.backendOf(rec)
+		if err != nil {
+			return err
+		}
+		rt, err := be.Recover(ctx, m.runtimeSpec(rec), rec.RuntimeState)
 		if err != nil {
 			return err
 		}
@@ -113,7 +124,7 @@ func (m *Manager) keepCold(ctx context.Context, rec store.SandboxRecord, why err
 		return false
 	}
 	id := rec.Sandbox.ID
-	if err := m.backend.Cleanup(ctx, m.runtimeSpec(rec)); err != nil {
+	if err := m.cleanupRuntime(ctx, rec); err != nil {
 		m.log.WarnContext(ctx, "cleaning up after a lost guest", "sandbox", id, "err", err)
 		return false
 	}

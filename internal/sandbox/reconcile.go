@@ -10,14 +10,6 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// orphanSweeper is implemented by backends that can find and remove
-// sandbox resources no record claims (native: cgroups under its parent).
-type orphanSweeper interface {
-	// SweepOrphans removes every sandbox resource whose id keep rejects and
-	// returns the ids it removed.
-	SweepOrphans(ctx context.Context, keep func(id string) bool) ([]string, error)
-}
-
 // quarantineCorrupt sets corrupt store records aside before recovery reads
 // the store, when the store can (store.Quarantiner). Their sandbox
 // directories, having no record left, are then reaped like those of a crash
@@ -57,24 +49,23 @@ func (m *Manager) Quarantine(ctx context.Context) ([]api.QuarantinedRecord, erro
 
 // sweepOrphans runs at the end of Recover, once every record has been
 // adopted or reaped: what is left on the host under a sandbox id the
-// manager does not know (cgroups, guest sockets) belongs to nothing and is
-// removed.
-func (m *Manager) sweepOrphans(ctx context.Context) {
+// manager does not know (cgroups of every runtime.Sweeper backend, guest
+// sockets) belongs to nothing and is removed. The ids of foreign are known
+// too: sandboxes of backends this daemon does not run, left as they are.
+func (m *Manager) sweepOrphans(ctx context.Context, foreign map[string]bool) {
 	m.mu.Lock()
 	live := make(map[string]bool, len(m.sandboxes))
 	for id := range m.sandboxes {
 		live[id] = true
 	}
 	m.mu.Unlock()
-	keep := func(id string) bool { return live[id] }
-	if s, ok := m.backend.(orphanSweeper); ok {
-		swept, err := s.SweepOrphans(ctx, keep)
-		if err != nil {
-			m.log.ErrorContext(ctx, "sweeping orphaned sandbox resources", "err", err)
-		}
-		if len(swept) > 0 {
-			m.log.WarnContext(ctx, "orphaned sandbox resources removed", "ids", swept)
-		}
+	keep := func(id string) bool { return live[id] || foreign[id] }
+	swept, err := m.backends.SweepOrphans(ctx, keep)
+	if err != nil {
+		m.log.ErrorContext(ctx, "sweeping orphaned sandbox resources", "err", err)
+	}
+	if len(swept) > 0 {
+		m.log.WarnContext(ctx, "orphaned sandbox resources removed", "ids", swept)
 	}
 	socks, _ := filepath.Glob(filepath.Join(m.cfg.RunDir, "sb", "*.sock"))
 	for _, s := range socks {

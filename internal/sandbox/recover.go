@@ -20,8 +20,11 @@ import (
 // guest still runs is registered again with its guest untouched (its
 // processes never noticed the restart); one whose guest died, or whose
 // record is broken, is cleaned up completely; sandbox directories with no
-// record (a crash mid-create) are removed. Corrupt records are quarantined
-// first; last, host resources under ids nobody knows are swept.
+// record (a crash mid-create) are removed. A sandbox whose record names a
+// backend this daemon does not run is left as it is, for a daemon that
+// runs it (its record, directory and id range are kept; it is not
+// served). Corrupt records are quarantined first; last, host resources
+// under ids nobody knows are swept.
 func (m *Manager) Recover(ctx context.Context) error {
 	m.quarantineCorrupt(ctx)
 	recs, err := m.store.ListSandboxes(ctx)
@@ -29,6 +32,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return fmt.Errorf("recovering sandboxes: %w", err)
 	}
 	known := make(map[string]bool, len(recs))
+	foreign := map[string]bool{}
 	adopted, reaped := 0, 0
 	// Every recorded range is taken before anything is reaped or created.
 	for _, rec := range recs {
@@ -37,6 +41,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, rec := range recs {
 		id := rec.Sandbox.ID
 		known[id] = true
+		if _, err := m.backendOf(rec); err != nil {
+			m.log.WarnContext(ctx, "sandbox of a backend this daemon does not run; left as it is", "sandbox", id, "err", err)
+			foreign[id] = true
+			continue
+		}
 		if err := m.adopt(ctx, rec); err != nil {
 			if m.keepCold(ctx, rec, err) {
 				adopted++
@@ -70,8 +79,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 	m.removeOrphanDisks(ctx, known)
 	m.recoverLayers(ctx)
 	m.reapHidden(ctx)
-	m.sweepOrphans(ctx)
-	m.log.InfoContext(ctx, "sandboxes recovered", "adopted", adopted, "reaped", reaped)
+	m.sweepOrphans(ctx, foreign)
+	m.log.InfoContext(ctx, "sandboxes recovered", "adopted", adopted, "reaped", reaped, "foreign", len(foreign))
 	return nil
 }
 
@@ -83,7 +92,11 @@ func (m *Manager) adopt(ctx context.Context, rec store.SandboxRecord) error {
 	default:
 		return fmt.Errorf("recorded state %q: %w", rec.Sandbox.State, errdefs.ErrNotFound)
 	}
-	rt, err := m.backend.Recover(ctx, m.runtimeSpec(rec), rec.RuntimeState)
+	be, err := m.backendOf(rec)
+	if err != nil {
+		return err
+	}
+	rt, err := be.Recover(ctx, m.runtimeSpec(rec), rec.RuntimeState)
 	if err != nil {
 		return err
 	}
@@ -118,7 +131,7 @@ func (m *Manager) adopt(ctx context.Context, rec store.SandboxRecord) error {
 func (m *Manager) reap(ctx context.Context, rec store.SandboxRecord) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
-	if err := m.backend.Cleanup(ctx, m.runtimeSpec(rec)); err != nil {
+	if err := m.cleanupRuntime(ctx, rec); err != nil {
 		// Keep the directory: it is how the next start finds what is
 		// left of this sandbox and tries again.
 		return err

@@ -111,7 +111,8 @@ func (r *StepRunner) RunStep(ctx context.Context, layers []string, upperDir stri
 		return fmt.Errorf("build step: %w", err)
 	}
 	defer os.RemoveAll(state)
-	ids, owned, err := m.allocIDs()
+	be := m.backends.Default()
+	ids, owned, err := m.allocIDs(be)
 	if err != nil {
 		return fmt.Errorf("build step: %w", err)
 	}
@@ -138,7 +139,7 @@ func (r *StepRunner) RunStep(ctx context.Context, layers []string, upperDir stri
 			PidsMax:     m.cfg.DefaultResources.PidsMax,
 		},
 	}
-	rt, err := m.backend.Create(ctx, spec)
+	rt, err := be.Create(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("build step: starting sandbox: %w", err)
 	}

@@ -96,6 +96,9 @@ var (
 	_ runtime.StatsReader = (*sandbox)(nil)
 
 	_ runtime.IDRangeClaimer = (*Backend)(nil)
+	_ runtime.Closer         = (*Backend)(nil)
+	_ runtime.Sweeper        = (*Backend)(nil)
+	_ runtime.Prespawner     = (*Backend)(nil)
 )
 
 var (
@@ -162,7 +165,7 @@ func New(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// Close stops the prespawned guests (waiting for those being started),
+// Close implements runtime.Closer: it stops the prespawned guests (waiting for those being started),
 // the CPU yield policy and the guests' forker, removes an owned parent
 // cgroup that no sandbox uses any more and releases its lock. Sandboxes
 // are not affected. Call it once; the backend is not used afterwards.
@@ -182,7 +185,8 @@ func (b *Backend) Close() error {
 	return err
 }
 
-// FillPool starts keeping Prespawn.Size zygotes ready. With Prespawn.IDs
+// FillPool implements runtime.Prespawner: it starts keeping
+// Prespawn.Size zygotes ready. With Prespawn.IDs
 // the pool waits for it: call it once every range a recovered sandbox
 // runs in is marked in use in the allocator. Idempotent; a no-op without
 // a pool.

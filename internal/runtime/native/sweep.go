@@ -34,13 +34,14 @@ func lockParent(parent string) (*os.File, error) {
 	return f, nil
 }
 
-// SweepOrphans kills the processes of, and removes, every sandbox cgroup
-// under the backend's cgroup parent whose id keep rejects, and, without a
-// zygote pool, the cgroups of zygotes an earlier daemon left. It does so only when the backend owns its
-// parent exclusively (Config.OwnParent): on a parent shared with other
-// daemons an unknown cgroup may be another daemon's live sandbox, and it
-// returns nil having touched nothing. It returns the ids it removed; errors
-// of single cgroups are joined, the sweep goes on.
+// SweepOrphans implements runtime.Sweeper: it kills the processes of, and
+// removes, every sandbox cgroup under the backend's cgroup parent whose id
+// keep rejects, and, without a zygote pool, the cgroups of zygotes an
+// earlier daemon left. It does so only when the backend owns its parent
+// exclusively (Config.OwnParent): on a parent shared with other daemons an
+// unknown cgroup may be another daemon's live sandbox, and it returns nil
+// having touched nothing. It returns the ids it removed; errors of single
+// cgroups are joined, the sweep goes on.
 func (b *Backend) SweepOrphans(ctx context.Context, keep func(id string) bool) ([]string, error) {
 	if b.parentLock == nil {
 		return nil, nil

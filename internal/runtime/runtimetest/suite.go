@@ -86,6 +86,8 @@ func Run(t *testing.T, f Fixture) {
 	t.Run("CreateFailureLeavesNothing", func(t *testing.T) { testCreateFailure(t, f) })
 	t.Run("TwoSandboxes", func(t *testing.T) { testTwoSandboxes(t, f) })
 	t.Run("PauseResume", func(t *testing.T) { testPauseResume(t, f) })
+	t.Run("CreateExistingID", func(t *testing.T) { testCreateExistingID(t, f) })
+	t.Run("CreateCancelled", func(t *testing.T) { testCreateCancelled(t, f) })
 }
 
 // AssertGone checks that nothing of spec's sandbox remains on the host.

@@ -119,7 +119,11 @@ func New(t testing.TB, opts ...Option) *Env {
 // sandboxes are deleted when the test ends.
 func (e *Env) Manager() *sandbox.Manager {
 	e.T.Helper()
-	m, err := sandbox.New(e.Config, e.Backend, e.Templates, e.Store)
+	backends, err := runtime.NewRegistry("", e.Backend)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	m, err := sandbox.New(e.Config, backends, e.Templates, e.Store)
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -159,7 +159,8 @@ func (s *Server) handler() http.Handler {
 		s.mu.Lock()
 		n := len(s.sandboxes)
 		s.mu.Unlock()
-		writeJSON(w, http.StatusOK, api.Info{Version: "fake-1.0", API: api.Version, Backend: "fake", Capabilities: []string{"exec", "files"}, Sandboxes: n})
+		writeJSON(w, http.StatusOK, api.Info{Version: "fake-1.0", API: api.Version, Backend: "fake", Capabilities: []string{"exec", "files"}, Sandboxes: n,
+			Backends: []api.BackendInfo{{Name: "fake", Default: true, Capabilities: []string{"exec", "files"}}}})
 	})
 	mux.HandleFunc("POST /v1/sandboxes", s.createSandbox)
 	mux.HandleFunc("GET /v1/sandboxes", s.listSandboxes)
@@ -207,6 +208,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSandboxRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_argument", "decoding body: "+err.Error())
+		return
+	}
+	if req.Runtime != "" && req.Runtime != "fake" {
+		writeError(w, http.StatusBadRequest, "invalid_argument", "creating sandbox: runtime \""+req.Runtime+"\": no such backend (this daemon runs fake)")
 		return
 	}
 	if req.Template != "" {

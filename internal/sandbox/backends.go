@@ -1,0 +1,80 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Backends by sandbox. Every sandbox runs on the backend it was created
+// on, named in its record (api.Sandbox.Backend); every operation on it,
+// re-adoption included, goes to that backend (runtime.Registry). Build
+// steps and forks of checkpoints, which name none, run on the default.
+
+// legacyBackend is the backend of a record that names none: every
+// sandbox before backends were chosen by configuration ran on it.
+const legacyBackend = "native"
+
+// backendName is the name of the backend rec's sandbox runs on: the one its
+// record names; for a record that names none, native (the registry's
+// default when this daemon runs no native backend).
+func (m *Manager) backendName(rec store.SandboxRecord) string {
+	if n := rec.Sandbox.Backend; n != "" {
+		return n
+	}
+	if _, err := m.backends.Lookup(legacyBackend); err == nil {
+		return legacyBackend
+	}
+	return m.backends.DefaultName()
+}
+
+// backendOf returns the backend rec's sandbox runs on; an error
+// (errdefs.ErrInvalidArgument) when this daemon does not run it.
+func (m *Manager) backendOf(rec store.SandboxRecord) (runtime.Backend, error) {
+	b, err := m.backends.Lookup(m.backendName(rec))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", rec.Sandbox.ID, err)
+	}
+	return b, nil
+}
+
+// resolveRuntime replaces req.Runtime by the name of the backend it asks
+// for ("": the default); errdefs.ErrInvalidArgument for one this daemon
+// does not run.
+func (m *Manager) resolveRuntime(req *api.CreateSandboxRequest) (runtime.Backend, error) {
+	b, err := m.backends.Lookup(req.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	req.Runtime = b.Capabilities().Name
+	return b, nil
+}
+
+// backendInfos describes every backend, the default first.
+func (m *Manager) backendInfos() []api.BackendInfo {
+	var out []api.BackendInfo
+	for _, b := range m.backends.All() {
+		caps := b.Capabilities()
+		out = append(out, api.BackendInfo{
+			Name:         caps.Name,
+			Default:      caps.Name == m.backends.DefaultName(),
+			Capabilities: append([]string{}, caps.Features...),
+			CgroupMode:   caps.CgroupMode,
+		})
+	}
+	return out
+}
+
+// cleanupRuntime has rec's backend remove whatever is left of the sandbox
+// on the host (runtime.Backend.Cleanup). It fails, touching nothing, when
+// this daemon does not run that backend.
+func (m *Manager) cleanupRuntime(ctx context.Context, rec store.SandboxRecord) error {
+	b, err := m.backendOf(rec)
+	if err != nil {
+		return err
+	}
+	return b.Cleanup(ctx, m.runtimeSpec(rec))
+}
