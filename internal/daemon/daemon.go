@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/idrange"
+	"github.com/agentbox/agentbox/internal/layergc"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/ratelimit"
 	"github.com/agentbox/agentbox/internal/runner"
@@ -34,8 +35,10 @@ import (
 	"github.com/agentbox/agentbox/internal/snapshot"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/templatesvc"
 	"github.com/agentbox/agentbox/internal/tenant/registry"
 	"github.com/agentbox/agentbox/internal/tunnel"
+	"github.com/agentbox/agentbox/internal/upgrade"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/warmpool"
 )
@@ -192,6 +195,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	}
 	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
 	snaps := snapshot.New(snapshot.Config{Layers: ls, Checkpoints: st, IDs: ids, Quotas: reg, Logger: log})
+	var tmpl *templates.Manager // built by the Manager (NewTemplates): the cycle of templates and sandboxes
 	// The warm pools fill only when SetPools starts them, after recovery.
 	pools := warmpool.New(warmpool.Config{DataDir: cfg.DataDir, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
@@ -225,8 +229,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// feature forgot it. The warm pools' sandboxes get every other
 		// extension's hooks when they are made.
 		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, pools},
-		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (sandbox.Templates, error) {
-			return templates.New(templates.Config{
+		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (_ sandbox.Templates, err error) {
+			// Kept for the template service, built above the core below.
+			tmpl, err = templates.New(templates.Config{
 				DataDir: filepath.Join(cfg.DataDir, "templates"),
 				Layers:  ls,
 				IDs:     ids,
@@ -234,11 +239,18 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 				Admit:   admit,
 				Logger:  log,
 			})
+			if err != nil {
+				return nil, err
+			}
+			return tmpl, nil
 		},
 	}, backends, nil, st)
 	if err != nil {
 		return nil, err
 	}
+	tmplSvc := templatesvc.New(templatesvc.Config{Templates: tmpl, Layers: ls, Sandboxes: mgr, Logger: log})
+	layerGC := layergc.New(ls, mgr, st)
+	upgrades := upgrade.New(upgrade.Config{RunnerDir: runnerDir, IDs: ids, IDRanges: idRanges, Version: version.Version, Sandboxes: mgr, Logger: log})
 	pipe, err := newPipeline(cfg, mgr, network, snaps, st, log)
 	if err != nil {
 		return nil, err
@@ -256,15 +268,15 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	// Only now, with every recovered sandbox's id range taken, may
 	// prespawned guests take ranges.
 	backends.FillPools()
-	collectAtStart(ctx, mgr, log)
+	collectAtStart(ctx, layerGC, log)
 	if err := pools.SetPools(ctx, cfg.WarmPools); err != nil {
 		return nil, err
 	}
 	if err := pipe.start(ctx); err != nil {
 		return nil, err
 	}
-	gc := newCollector(mgr, log)
-	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, pipe, tenants, gc}
+	gc := newCollector(layerGC, log)
+	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -366,6 +378,9 @@ type service struct {
 	*sandboxnet.Network     // network policy and egress log API
 	*snapshot.Snapshots     // checkpoints, restore, fork, diff and merge API
 	*warmpool.Keeper        // warm pools API
+	*templatesvc.Templates  // template list, build, import, export and save API
+	*layergc.Collector      // storage driver and garbage collection API
+	*upgrade.Upgrades       // runner staging, listing and guest upgrade API
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes

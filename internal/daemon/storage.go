@@ -9,8 +9,8 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/layergc"
 	"github.com/agentbox/agentbox/internal/layers"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -27,7 +27,7 @@ func (s service) Info(ctx context.Context) (api.Info, error) {
 	if err != nil {
 		return info, err
 	}
-	info.StorageDriver = s.Manager.StorageDriver()
+	info.StorageDriver = s.Collector.StorageDriver()
 	if p := tenant.From(ctx); !p.IsAdmin() {
 		// A tenant sees its own sandboxes, and no host path.
 		info.DataDir = ""
@@ -59,8 +59,8 @@ func (s service) DeleteCheckpoint(ctx context.Context, cid string) error {
 // in a few runs, not one per delete.
 const gcSpacing = 250 * time.Millisecond
 
-// collector runs one Manager's background collections, sparing layers used
-// in the last sandbox.DefaultGCMinAge: one at a time, and a trigger that
+// collector runs background collections, sparing layers used in the last
+// layergc.DefaultMinAge: one at a time, and a trigger that
 // comes during a run makes one more run after it, so no delete's garbage
 // waits for the next delete. Safe for concurrent use.
 type collector struct {
@@ -73,11 +73,18 @@ type collector struct {
 	again   bool // triggered during the run: run once more
 }
 
-func newCollector(m *sandbox.Manager, log *slog.Logger) *collector {
+func newCollector(gc *layergc.Collector, log *slog.Logger) *collector {
 	return &collector{log: log, collect: func(ctx context.Context) error {
-		_, err := m.CollectGarbage(ctx, sandbox.DefaultGCMinAge)
+		_, err := gc.CollectGarbage(ctx, layergc.DefaultMinAge)
 		return err
 	}}
+}
+
+func (c *collector) logger() *slog.Logger {
+	if c.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.log
 }
 
 // trigger asks for a collection soon; it never blocks.
@@ -96,7 +103,7 @@ func (c *collector) run() {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		if err := c.collect(ctx); err != nil {
-			c.log.Warn("collecting layers", "err", err)
+			c.logger().Warn("collecting layers", "err", err)
 		}
 		cancel()
 		c.mu.Lock()
@@ -114,11 +121,11 @@ func (c *collector) run() {
 // collectAtStart runs once the sandboxes are recovered and before the API
 // serves: nothing is between creating a layer and referencing it, so every
 // unused layer goes (leftovers of crashes, replaced template builds).
-func collectAtStart(ctx context.Context, m *sandbox.Manager, log *slog.Logger) {
-	res, err := m.CollectGarbage(ctx, 0)
+func collectAtStart(ctx context.Context, gc *layergc.Collector, log *slog.Logger) {
+	res, err := gc.CollectGarbage(ctx, 0)
 	if err != nil {
 		log.WarnContext(ctx, "collecting layers at start-up", "err", err)
 		return
 	}
-	log.InfoContext(ctx, "layer store ready", "driver", m.StorageDriver(), "layers", res.Layers, "collected", res.RemovedLayers, "freed_bytes", res.FreedBytes)
+	log.InfoContext(ctx, "layer store ready", "driver", gc.StorageDriver(), "layers", res.Layers, "collected", res.RemovedLayers, "freed_bytes", res.FreedBytes)
 }

@@ -170,21 +170,7 @@ func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, 
 // ctx sees it — its own templates first, then the admin's catalogue —
 // building a builtin one on first use.
 func (m *Manager) template(ctx context.Context, name string) (templates.Template, error) {
-	for _, q := range tenant.From(ctx).Lookup(name, true) {
-		t, err := m.templates.Get(ctx, q)
-		if err == nil || !errdefs.IsNotFound(err) {
-			return t, err
-		}
-	}
-	if _, ok := templates.BuiltinSpec(name); !ok {
-		return templates.Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-	}
-	m.log.InfoContext(ctx, "building template on first use", "template", name)
-	return m.templates.Build(ctx, api.BuildTemplateRequest{Name: name}, func(ev api.BuildEvent) {
-		if ev.Type == api.BuildEventStep {
-			m.log.InfoContext(ctx, "template build", "template", name, "step", ev.Message)
-		}
-	})
+	return templates.Resolve(ctx, m.templates, tenant.From(ctx).Lookup(name, true), name, m.log)
 }
 
 // start prepares the sandbox's directories (when fresh), starts its guest,

@@ -13,7 +13,9 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
 	"github.com/agentbox/agentbox/internal/sandboxfiles"
+	"github.com/agentbox/agentbox/internal/templatesvc"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/upgrade"
 )
 
 // waitFor polls cond until it holds; the bound only stops a broken test.
@@ -31,6 +33,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // sandboxes is not purged, one without is.
 func TestInprocTenants(t *testing.T) {
 	h := sandboxtest.New(t)
+	ts := templatesvc.New(templatesvc.Config{Templates: h.Templates, Layers: h.Layers, Sandboxes: h.M})
 	ctx := ctxT(t)
 	acme := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: "acme", Scope: api.ScopeFull})
 	other := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: "other", Scope: api.ScopeFull})
@@ -50,10 +53,10 @@ func TestInprocTenants(t *testing.T) {
 	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 1 {
 		t.Fatalf("the admin lists %d sandboxes", len(l))
 	}
-	if _, err := h.M.SaveTemplate(acme, sb.ID, api.SaveTemplateRequest{Name: "mine"}); err != nil {
+	if _, err := ts.SaveTemplate(acme, sb.ID, api.SaveTemplateRequest{Name: "mine"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.M.GetTemplate(other, "mine"); !errdefs.IsNotFound(err) {
+	if _, err := ts.GetTemplate(other, "mine"); !errdefs.IsNotFound(err) {
 		t.Fatalf("another tenant sees the template: %v", err)
 	}
 	if n, _ := h.M.Holdings("acme"); n != 1 {
@@ -74,7 +77,7 @@ func TestInprocTenants(t *testing.T) {
 	if err := h.M.PurgeTenant(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.M.GetTemplate(acme, "mine"); !errdefs.IsNotFound(err) {
+	if _, err := ts.GetTemplate(acme, "mine"); !errdefs.IsNotFound(err) {
 		t.Fatalf("template after purge: %v", err)
 	}
 }
@@ -138,8 +141,9 @@ func TestInprocGuestExit(t *testing.T) {
 // Runners: the daemon's own is listed; stats come from the backend.
 func TestInprocRunnersAndStats(t *testing.T) {
 	h := sandboxtest.New(t)
+	u := upgrade.New(upgrade.Config{RunnerDir: h.Config.RunnerDir, IDs: h.Config.IDs, IDRanges: h.Config.IDRanges, Version: h.Config.Version, Sandboxes: h.M})
 	ctx := ctxT(t)
-	rs, err := h.M.ListRunners(ctx)
+	rs, err := u.ListRunners(ctx)
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("ListRunners = %+v, %v", rs, err)
 	}
@@ -151,7 +155,7 @@ func TestInprocRunnersAndStats(t *testing.T) {
 	if err != nil || st.Pids < 2 { // the guest, and the shell or sleep
 		t.Fatalf("SandboxStats = %+v, %v", st, err)
 	}
-	if _, err := h.M.UpgradeSandbox(ctx, sb.ID, api.UpgradeRequest{RunnerHash: "0123456789abcdef"}); !errdefs.IsNotFound(err) {
+	if _, err := u.UpgradeSandbox(ctx, sb.ID, api.UpgradeRequest{RunnerHash: "0123456789abcdef"}); !errdefs.IsNotFound(err) {
 		t.Fatalf("upgrade to an unknown runner: %v", err)
 	}
 }

@@ -136,3 +136,7 @@ func CheckpointStoreOf(m *Manager) store.CheckpointStore { return m.store.(store
 
 // IDsOf returns m's canonical id range.
 func IDsOf(m *Manager) runtime.IDMap { return m.cfg.IDs }
+
+// TemplatesOf returns m's template store (for the template service,
+// internal/templatesvc, on a test Manager).
+func TemplatesOf(m *Manager) Templates { return m.templates }

@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/snapshot"
+	"github.com/agentbox/agentbox/internal/templatesvc"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -46,6 +47,7 @@ func checkpointIDs(t *testing.T, s *snapshot.Snapshots) []string {
 func TestLayerAdmission(t *testing.T) {
 	m, q, base := sandbox.LayerManager(t)
 	s := snapshots(t, m, q)
+	ts := templatesvc.New(templatesvc.Config{Templates: sandbox.TemplatesOf(m), Layers: sandbox.LayersOf(m), Sandboxes: m})
 	ctx := context.Background()
 	acme := tenant.WithPrincipal(ctx, tenant.Principal{Tenant: "acme", Scope: api.ScopeFull})
 	id := sandbox.CreateOn(t, m, "acme", base)
@@ -74,7 +76,7 @@ func TestLayerAdmission(t *testing.T) {
 	// A saved template version is the tenant's too.
 	sandbox.WriteUpper(t, m, id, "two", 1<<16)
 	q.Reset(false)
-	v, err := m.SaveTemplate(acme, id, api.SaveTemplateRequest{Name: "app"})
+	v, err := ts.SaveTemplate(acme, id, api.SaveTemplateRequest{Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func TestLayerAdmission(t *testing.T) {
 	if _, err := s.Exec(acme, id, api.ExecRequest{Cmd: []string{"true"}, CheckpointBefore: true}); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("exec with checkpoint_before over quota: %v", err)
 	}
-	if _, err := m.SaveTemplate(acme, id, api.SaveTemplateRequest{Name: "app"}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := ts.SaveTemplate(acme, id, api.SaveTemplateRequest{Name: "app"}); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("template save over quota: %v", err)
 	}
 	if asked, _ := q.Calls(); len(asked) != 4 {
@@ -116,7 +118,7 @@ func TestLayerAdmission(t *testing.T) {
 	if got := sandbox.LayerDirs(t, m); !slices.Equal(got, dirsBefore) {
 		t.Errorf("layer store %v after refusals, want %v", got, dirsBefore)
 	}
-	if vs, err := m.TemplateVersions(acme, "app"); err != nil || len(vs) != 1 {
+	if vs, err := ts.TemplateVersions(acme, "app"); err != nil || len(vs) != 1 {
 		t.Errorf("template versions after a refused save: %d, %v", len(vs), err)
 	}
 	if n, _ := m.Holdings("acme"); n != 1 {
@@ -149,17 +151,17 @@ func TestLayerAdmission(t *testing.T) {
 	// checkpoint's, on the catalogue's base, which stays).
 	q.Reset(true)
 	dirsBefore = sandbox.LayerDirs(t, m)
-	if _, err := m.ImportTemplate(acme, "img", bytes.NewReader(archive)); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := ts.ImportTemplate(acme, "img", bytes.NewReader(archive)); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("import over quota: %v", err)
 	}
 	if got := sandbox.LayerDirs(t, m); !slices.Equal(got, dirsBefore) {
 		t.Errorf("layer store %v after a refused import, want %v", got, dirsBefore)
 	}
-	if _, err := m.GetTemplate(acme, "img"); !errdefs.IsNotFound(err) {
+	if _, err := ts.GetTemplate(acme, "img"); !errdefs.IsNotFound(err) {
 		t.Errorf("refused import registered: %v", err)
 	}
 	q.Reset(false)
-	img, err := m.ImportTemplate(acme, "img", bytes.NewReader(archive))
+	img, err := ts.ImportTemplate(acme, "img", bytes.NewReader(archive))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/layers"
 )
 
 // The layers a sandbox runs on, its writable upper directory, and the
@@ -50,35 +49,6 @@ func (m *Manager) lockRunning(ctx context.Context, id string) (b *box, unlock fu
 		return nil, nil, fmt.Errorf("sandbox %s is %s: %w", id, state, errdefs.ErrConflict)
 	}
 	return b, b.life.Unlock, nil
-}
-
-// captureFrozen copies b's upper into a new layer on parent with b
-// frozen (Handle.Frozen). The caller holds b's lock exclusively.
-func (m *Manager) captureFrozen(ctx context.Context, b *box, parent string) (layer layers.Layer, err error) {
-	h := m.handle(b)
-	upper, _ := h.Dirs()
-	err = h.Frozen(ctx, func() error {
-		layer, err = m.cfg.Layers.CreateFromCopy(ctx, upper, layers.CreateOptions{Parent: parent})
-		return err
-	})
-	return layer, err
-}
-
-// dropLayer releases owner's reference on layer id and removes the layer
-// when nothing else uses it. A layer still in use is kept (not an error).
-func (m *Manager) dropLayer(ctx context.Context, id, owner string) {
-	ls := m.cfg.Layers
-	if err := ls.Unref(ctx, id, owner); err != nil {
-		m.log.WarnContext(ctx, "releasing layer", "layer", id, "owner", owner, "err", err)
-		return
-	}
-	l, err := ls.Get(id)
-	if err != nil || len(l.Refs) > 0 {
-		return
-	}
-	if err := ls.Remove(ctx, id); err != nil && !errdefs.IsConflict(err) && !errdefs.IsNotFound(err) {
-		m.log.WarnContext(ctx, "removing layer", "layer", id, "err", err)
-	}
 }
 
 // freshUpper replaces the sandbox's upper and work dirs by empty ones owned

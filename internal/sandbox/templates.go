@@ -14,95 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/templates"
-	"github.com/agentbox/agentbox/internal/tenant"
 )
-
-// ListTemplates lists the templates the caller of ctx can use: its own
-// and the admin's catalogue (an own template hides a catalogue one of the
-// same name). The admin sees every tenant's, named "<tenant>~<name>".
-func (m *Manager) ListTemplates(ctx context.Context) ([]api.Template, error) {
-	all, err := m.templates.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p := tenant.From(ctx)
-	own := map[string]bool{}
-	for _, t := range all {
-		if owner, name := tenant.Split(t.Name); owner == p.Tenant {
-			own[name] = true
-		}
-	}
-	out := []api.Template{}
-	for _, t := range all {
-		owner, name := tenant.Split(t.Name)
-		if !p.Sees(owner) && owner != api.AdminTenant {
-			continue
-		}
-		if owner == api.AdminTenant && !p.IsAdmin() && own[name] {
-			continue
-		}
-		t.Tenant = owner
-		t.Name = p.Visible(t.Name)
-		out = append(out, t)
-	}
-	return out, nil
-}
-
-// GetTemplate describes one template as the caller of ctx sees it.
-func (m *Manager) GetTemplate(ctx context.Context, name string) (api.Template, error) {
-	ts, err := m.templates.List(ctx)
-	if err != nil {
-		return api.Template{}, err
-	}
-	p := tenant.From(ctx)
-	for _, q := range p.Lookup(name, true) {
-		for _, t := range ts {
-			if t.Name == q {
-				t.Tenant, _ = tenant.Split(q)
-				t.Name = p.Visible(q)
-				return t, nil
-			}
-		}
-	}
-	return api.Template{}, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
-}
-
-// BuildTemplate builds (or finds cached) a template, reporting progress. A
-// tenant's spec is stored in its own namespace and its base resolves like
-// any template name it uses (its own first, then the catalogue); copy
-// steps read the daemon host's files and are the admin's only.
-func (m *Manager) BuildTemplate(ctx context.Context, req api.BuildTemplateRequest, progress func(api.BuildEvent)) (api.Template, error) {
-	p := tenant.From(ctx)
-	name := req.Name
-	if req.Spec != nil {
-		name = req.Spec.Name
-	}
-	if !p.IsAdmin() {
-		if req.Spec != nil {
-			spec := *req.Spec
-			for _, st := range spec.Steps {
-				if st.Copy != nil {
-					return api.Template{}, fmt.Errorf("template %s: copy steps read the daemon host's files and are for the admin tenant only: %w", name, errdefs.ErrPermissionDenied)
-				}
-			}
-			spec.Name = tenant.Qualify(p.Tenant, spec.Name)
-			if _, err := templates.BuiltinBase(spec.Base); err != nil {
-				// A template name: the tenant's own when it has one.
-				if _, err := m.templates.Get(ctx, tenant.Qualify(p.Tenant, spec.Base)); err == nil {
-					spec.Base = tenant.Qualify(p.Tenant, spec.Base)
-				}
-			}
-			req.Spec = &spec
-			req.Name = ""
-		} else if _, ok := templates.BuiltinSpec(req.Name); !ok {
-			req.Name = tenant.Qualify(p.Tenant, req.Name)
-		}
-	}
-	if _, err := m.templates.Build(ctx, req, progress); err != nil {
-		return api.Template{}, err
-	}
-	return m.GetTemplate(ctx, name)
-}
 
 // StepRunner runs template build steps in throwaway sandboxes of the
 // Manager's backend.
@@ -110,8 +22,8 @@ type StepRunner struct {
 	m *Manager
 }
 
-// StepRunner returns the runner the template manager uses for "run" steps.
-func (m *Manager) StepRunner() *StepRunner { return &StepRunner{m: m} }
+// stepRunner returns the runner the template manager uses for "run" steps.
+func (m *Manager) stepRunner() *StepRunner { return &StepRunner{m: m} }
 
 // Templates is the template store the Manager creates sandboxes from
 // (*templates.Manager). Its methods are safe for concurrent use.

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
-	"sort"
 	"sync"
-	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -16,7 +13,9 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// Runner hot-swap (api/upgrade.go).
+// Runner hot-swap (api/upgrade.go): the swap itself. Staging, listing and
+// choosing runners is internal/upgrade's, which calls UpgradeGuest
+// (core_upgrade.go).
 //
 // Each sandbox records the runner its guest runs (api.Sandbox.Runner, a
 // directory of the runner store next to the daemon's own runner); the
@@ -36,24 +35,6 @@ import (
 //
 // Runner directories are immutable and are not garbage-collected while
 // the daemon runs: a sandbox may run any of them.
-
-// runnerStore is the store of runner directories: the parent of the
-// daemon's own runner.
-func (m *Manager) runnerStore() *runner.Store {
-	s := &runner.Store{Root: filepath.Dir(m.cfg.RunnerDir), UID: m.cfg.IDs.HostID, GID: m.cfg.IDs.HostID}
-	if m.cfg.IDRanges != nil {
-		// An uploaded binary's self-check runs as the root of a range of
-		// its own, never as the canonical range that owns the layers.
-		s.Lease = func() (uint32, func(), error) {
-			r, err := m.cfg.IDRanges.Alloc()
-			if err != nil {
-				return 0, nil, err
-			}
-			return r.HostID, func() { m.cfg.IDRanges.Release(r) }, nil
-		}
-	}
-	return s
-}
 
 // defaultRunner is the hash of the daemon's own runner.
 func (m *Manager) defaultRunner() string { return filepath.Base(m.cfg.RunnerDir) }
@@ -88,103 +69,7 @@ func (m *Manager) defaultGuestVersion() string {
 	return runner.GuestVersion(m.cfg.Version, b)
 }
 
-// StageRunner stages the agentbox binary read from r as a runner,
-// validating it first (runner.Store.Stage).
-func (m *Manager) StageRunner(ctx context.Context, r io.Reader) (api.Runner, error) {
-	rn, err := m.runnerStore().Stage(ctx, r)
-	if err != nil {
-		return api.Runner{}, err
-	}
-	m.log.InfoContext(ctx, "runner staged", "runner", rn.Hash, "version", rn.GuestVersion())
-	return m.apiRunner(rn.Hash, rn.Version, rn.Build), nil
-}
-
-// ListRunners lists the runners in place with the sandboxes running each.
-// Versions are not listed (that would run every self-check again); builds
-// are read from the binaries.
-func (m *Manager) ListRunners(ctx context.Context) ([]api.Runner, error) {
-	hashes, err := m.runnerStore().List()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]api.Runner, 0, len(hashes))
-	for _, h := range hashes {
-		build, err := runner.Build(filepath.Join(m.runnerStore().Dir(h), runner.BinaryName))
-		if err != nil {
-			continue // a directory without a binary is no runner
-		}
-		version := ""
-		if h == m.defaultRunner() {
-			version = m.cfg.Version
-		}
-		out = append(out, m.apiRunner(h, version, build))
-	}
-	return out, nil
-}
-
-func (m *Manager) apiRunner(hash, version, build string) api.Runner {
-	r := api.Runner{Hash: hash, Version: version, Build: build, GuestVersion: runner.GuestVersion(version, build), Default: hash == m.defaultRunner()}
-	if version == "" {
-		r.GuestVersion = ""
-	}
-	sbs, _ := m.ListSandboxes(context.Background(), nil)
-	for _, sb := range sbs {
-		if sb.Runner == hash {
-			r.Sandboxes = append(r.Sandboxes, sb.ID)
-		}
-	}
-	sort.Strings(r.Sandboxes)
-	return r
-}
-
-// resolveRunner stages or opens the runner req names and validates it.
-func (m *Manager) resolveRunner(ctx context.Context, req api.UpgradeRequest) (runner.Runner, error) {
-	rs := m.runnerStore()
-	switch {
-	case req.Runner != "" && req.RunnerHash != "":
-		return runner.Runner{}, fmt.Errorf("set runner or runner_hash, not both: %w", errdefs.ErrInvalidArgument)
-	case req.Runner != "":
-		if !filepath.IsAbs(req.Runner) {
-			return runner.Runner{}, fmt.Errorf("runner path %q is not absolute: %w", req.Runner, errdefs.ErrInvalidArgument)
-		}
-		return rs.StageFile(ctx, req.Runner)
-	case req.RunnerHash != "":
-		return rs.Open(ctx, req.RunnerHash)
-	default:
-		return rs.Open(ctx, m.defaultRunner())
-	}
-}
-
-// UpgradeSandbox moves sandbox id's guest onto the runner req names (see
-// the package comment above). A running sandbox stays running, a paused
-// one is paused again and a hibernated one hibernated again afterwards;
-// its processes are restarted in every case, its files untouched. On
-// failure the error says what the sandbox runs now.
-func (m *Manager) UpgradeSandbox(ctx context.Context, id string, req api.UpgradeRequest) (_ api.UpgradeResult, err error) {
-	defer func() { m.observeID(ctx, OpUpgrade, id, "", err) }()
-	rn, err := m.resolveRunner(ctx, req)
-	if err != nil {
-		return api.UpgradeResult{}, fmt.Errorf("upgrading sandbox %s: %w", id, err)
-	}
-	b, unlock, err := m.lockLive(ctx, id)
-	if err != nil {
-		return api.UpgradeResult{}, err
-	}
-	defer unlock()
-	start := time.Now()
-	res, err := m.upgradeLocked(ctx, b, rn)
-	if err != nil {
-		return api.UpgradeResult{}, fmt.Errorf("upgrading sandbox %s: %w", id, err)
-	}
-	res.DurationMS = time.Since(start).Milliseconds()
-	res.Sandbox = b.view()
-	if res.Changed {
-		m.log.InfoContext(ctx, "sandbox upgraded", "sandbox", id, "from", res.FromVersion, "to", res.ToVersion, "ms", res.DurationMS)
-	}
-	return res, nil
-}
-
-// upgradeLocked does UpgradeSandbox with b.life held exclusively.
+// upgradeLocked does UpgradeGuest with b.life held exclusively.
 func (m *Manager) upgradeLocked(ctx context.Context, b *box, rn runner.Runner) (api.UpgradeResult, error) {
 	ctx = context.WithoutCancel(ctx) // a half-done swap must be finished
 	b.mu.Lock()

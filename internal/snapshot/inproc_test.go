@@ -17,11 +17,13 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/layergc"
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
 	"github.com/agentbox/agentbox/internal/sandboxfiles"
 	"github.com/agentbox/agentbox/internal/snapshot"
+	"github.com/agentbox/agentbox/internal/templatesvc"
 )
 
 // newEnv is a Manager with the snapshot feature attached.
@@ -246,25 +248,27 @@ func TestInprocExecTransaction(t *testing.T) {
 // import it again.
 func TestInprocTemplates(t *testing.T) {
 	h, sn := newEnv(t)
+	tsvc := templatesvc.New(templatesvc.Config{Templates: h.Templates, Layers: h.Layers, Sandboxes: h.M})
+	gc := layergc.New(h.Layers, h.M, h.Store)
 	ctx := ctxT(t)
 	sb := h.Create(api.CreateSandboxRequest{})
 	h.Write(sb.ID, "app/app.txt", "app\n")
-	v, err := h.M.SaveTemplate(ctx, sb.ID, api.SaveTemplateRequest{Name: "app"})
+	v, err := tsvc.SaveTemplate(ctx, sb.ID, api.SaveTemplateRequest{Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v.Name != "app" || v.Version != 1 || v.Source != sb.ID {
 		t.Fatalf("SaveTemplate = %+v", v)
 	}
-	vs, err := h.M.TemplateVersions(ctx, "app")
+	vs, err := tsvc.TemplateVersions(ctx, "app")
 	if err != nil || len(vs) != 1 {
 		t.Fatalf("TemplateVersions = %+v, %v", vs, err)
 	}
-	ts, err := h.M.ListTemplates(ctx)
+	ts, err := tsvc.ListTemplates(ctx)
 	if err != nil || len(ts) < 2 {
 		t.Fatalf("ListTemplates = %+v, %v", ts, err)
 	}
-	if tp, err := h.M.GetTemplate(ctx, "app"); err != nil || tp.Name != "app" {
+	if tp, err := tsvc.GetTemplate(ctx, "app"); err != nil || tp.Name != "app" {
 		t.Fatalf("GetTemplate = %+v, %v", tp, err)
 	}
 	app := h.Create(api.CreateSandboxRequest{Template: "app@1"})
@@ -272,7 +276,7 @@ func TestInprocTemplates(t *testing.T) {
 	if err != nil || len(d.Changes) != 0 {
 		t.Fatalf("new sandbox differs from its template: %+v, %v", d, err)
 	}
-	rc, err := h.M.ExportTemplate(ctx, "app")
+	rc, err := tsvc.ExportTemplate(ctx, "app")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,20 +285,20 @@ func TestInprocTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	imp, err := h.M.ImportTemplate(ctx, "app-copy", strings.NewReader(string(tarball)))
+	imp, err := tsvc.ImportTemplate(ctx, "app-copy", strings.NewReader(string(tarball)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if imp.Name != "app-copy" {
 		t.Fatalf("ImportTemplate = %+v", imp)
 	}
-	if _, err := h.M.ImportTemplate(ctx, "broken", strings.NewReader("not a tarball")); err == nil {
+	if _, err := tsvc.ImportTemplate(ctx, "broken", strings.NewReader("not a tarball")); err == nil {
 		t.Fatal("import of garbage succeeded")
 	}
-	if h.M.StorageDriver() == "" {
+	if gc.StorageDriver() == "" {
 		t.Fatal("no storage driver")
 	}
-	if _, err := h.M.CollectGarbage(ctx, 0); err != nil {
+	if _, err := gc.CollectGarbage(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 }
