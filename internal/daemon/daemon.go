@@ -29,6 +29,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxevents"
+	"github.com/agentbox/agentbox/internal/sandboxfiles"
 	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/snapshot"
@@ -275,7 +276,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(layerGC, log)
-	svc := service{mgr, sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, gc}
+	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, gc}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -371,6 +372,7 @@ func (d *Daemon) Close() error {
 // is the Manager's.
 type service struct {
 	*sandbox.Manager
+	*sandboxfiles.Files     // file and guest process API
 	*runsecrets.Secrets     // secrets API
 	*sandboxevents.Recorder // sandbox events API
 	*sandboxnet.Network     // network policy and egress log API

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runsecrets"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
+	"github.com/agentbox/agentbox/internal/sandboxfiles"
 	"github.com/agentbox/agentbox/internal/secrets"
 )
 
@@ -133,7 +134,7 @@ func TestInprocRunToken(t *testing.T) {
 	if run := sec.ActiveRun(ctx, sb.ID); run == "" {
 		t.Fatal("no active run")
 	}
-	if err := env.M.Signal(ctx, sb.ID, p.Pid, "KILL"); err != nil {
+	if err := sandboxfiles.New(env.M).Signal(ctx, sb.ID, p.Pid, "KILL"); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {

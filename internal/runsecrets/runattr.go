@@ -3,6 +3,8 @@ package runsecrets
 import (
 	"context"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/sandboxfiles"
 )
 
 // Attributing egress connections to runs.
@@ -60,7 +62,7 @@ func (m *Secrets) ActiveRun(ctx context.Context, id string) string {
 	m.mu.Lock()
 	pid := only.pid
 	m.mu.Unlock()
-	procs, err := m.core.ListProcesses(ctx, id)
+	procs, err := sandboxfiles.New(m.core).ListProcesses(ctx, id)
 	if err != nil {
 		return ""
 	}

@@ -17,6 +17,7 @@ func TestCoreImportsNoFeature(t *testing.T) {
 		"internal/runsecrets":    "secrets, run tokens and redaction attach as an exec and stream wrapper",
 		"internal/sandboxevents": "events attach as an observer",
 		"internal/sandboxnet":    "network policy attaches through prepare, create, start and exec hooks",
+		"internal/sandboxfiles":  "file and guest process calls go through WithGuest",
 		"internal/tunnel":        "tunnels attach through start, stop and delete hooks",
 		"internal/snapshot":      "diff, tree hash and merge read sandboxes through ReadFS, CheckpointDirs and TemplateDirs",
 		"internal/templatesvc":   "the template API is above the core; it saves through LockRunning and Handle.Frozen",

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -158,50 +157,35 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, replay bool) (
 	return m.holdStream(b, m.wrapStream(b, pid, s)), nil
 }
 
-// ListProcesses lists the processes started through exec.
-func (m *Manager) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
-	var out []api.Process
-	err := m.withGuest(ctx, id, "listing processes", func(g *client.Client) (err error) {
-		out, err = g.Processes(ctx)
-		return err
-	})
-	return out, err
-}
-
-// WriteStdin copies r to a process's stdin, closing it afterwards when
-// closeAfter is set.
-func (m *Manager) WriteStdin(ctx context.Context, id string, pid int, r io.Reader, closeAfter bool) error {
-	return m.withGuest(ctx, id, fmt.Sprintf("writing stdin of process %d", pid), func(g *client.Client) error {
-		return g.WriteStdin(ctx, pid, r, closeAfter)
-	})
-}
-
-// Signal sends a signal to a process's group.
-func (m *Manager) Signal(ctx context.Context, id string, pid int, sig string) error {
-	return m.withGuest(ctx, id, fmt.Sprintf("signalling process %d", pid), func(g *client.Client) error {
-		return g.Signal(ctx, pid, sig)
-	})
-}
-
-// Resize changes a process's terminal size.
-func (m *Manager) Resize(ctx context.Context, id string, pid int, tty api.TTY) error {
-	return m.withGuest(ctx, id, fmt.Sprintf("resizing process %d", pid), func(g *client.Client) error {
-		return g.Resize(ctx, pid, tty)
-	})
-}
-
-// withGuest runs fn against the guest of a running sandbox while holding
-// its lifecycle lock shared, and wraps fn's error with what and the id.
-func (m *Manager) withGuest(ctx context.Context, id, what string, fn func(*client.Client) error) error {
+// WithGuest runs fn against the guest of sandbox id, as the caller of ctx
+// sees it (ErrNotFound for another tenant's, a hidden or an unknown
+// sandbox). It is how operations that are one guest call (files, stdin,
+// signals, resize, the process list; internal/sandboxfiles) reach a
+// sandbox:
+//   - a sleeping sandbox is woken first (paused: thawed; hibernated:
+//     started again) and the call counts as activity (the idle timer
+//     restarts when it returns);
+//   - fn runs with the sandbox's operation lock held shared, so it runs
+//     concurrently with other calls and execs but never with a pause,
+//     hibernate, restore, upgrade or delete of that sandbox; fn must not
+//     call a Manager method that takes that lock exclusively, and must
+//     not keep g past its return (a stream it opened may outlive it);
+//   - observers see one Op of kind OpGuestCall with Detail op and fn's
+//     error, once fn returns (not when the sandbox could not be acquired);
+//   - fn's error is returned wrapped as "<op> in sandbox <id>: %w", so
+//     errdefs categories survive; an acquire error is returned as is.
+//
+// Each call is independent: a repeated call runs fn again.
+func (m *Manager) WithGuest(ctx context.Context, id, op string, fn func(g *client.Client) error) error {
 	b, release, err := m.acquire(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer release()
 	err = fn(b.guest)
-	m.observeBox(ctx, OpGuestCall, b, what, err)
+	m.observeBox(ctx, OpGuestCall, b, op, err)
 	if err != nil {
-		return fmt.Errorf("%s in sandbox %s: %w", what, id, err)
+		return fmt.Errorf("%s in sandbox %s: %w", op, id, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/execstream"
+	"github.com/agentbox/agentbox/internal/guest/client"
 )
 
 // Extension points.
@@ -84,9 +85,11 @@ type Core interface {
 	// its operation lock held shared; it counts as a call (the sandbox is
 	// not idle until release). The caller must call release.
 	Acquire(ctx context.Context, id string) (h *Handle, release func(), err error)
-	// ListProcesses lists the processes started through exec; it counts as
-	// a call (wakes a sleeping sandbox, resets its idle timer).
-	ListProcesses(ctx context.Context, id string) ([]api.Process, error)
+	// WithGuest runs fn against sandbox id's guest with its operation lock
+	// held shared; it counts as a call (wakes a sleeping sandbox, resets
+	// its idle timer) and observers see it as OpGuestCall op (see
+	// Manager.WithGuest).
+	WithGuest(ctx context.Context, id, op string, fn func(g *client.Client) error) error
 }
 
 // PrepareHook sees every create request after it is validated, before

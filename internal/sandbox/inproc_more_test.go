@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
+	"github.com/agentbox/agentbox/internal/sandboxfiles"
 	"github.com/agentbox/agentbox/internal/templatesvc"
 	"github.com/agentbox/agentbox/internal/tenant"
 	"github.com/agentbox/agentbox/internal/upgrade"
@@ -102,7 +103,7 @@ func TestInprocIdleAndLifetime(t *testing.T) {
 	if p := inproc.Processes(sb.ID); len(p) != 0 {
 		t.Fatalf("processes of a hibernated sandbox: %v", p)
 	}
-	if ps, err := h.M.ListProcesses(ctx, sb.ID); err != nil || len(ps) != 0 {
+	if ps, err := sandboxfiles.New(h.M).ListProcesses(ctx, sb.ID); err != nil || len(ps) != 0 {
 		t.Fatalf("processes after wake = %+v, %v", ps, err)
 	}
 	if got, _ := h.M.GetSandbox(ctx, sb.ID); got.State != api.StateRunning {

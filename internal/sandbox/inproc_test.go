@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
+	"github.com/agentbox/agentbox/internal/sandboxfiles"
 )
 
 func ctxT(t *testing.T) context.Context { return sandboxtest.Context(t) }
@@ -98,16 +99,17 @@ func TestInprocCreateRefusesBadRequests(t *testing.T) {
 func TestInprocFiles(t *testing.T) {
 	h := sandboxtest.New(t)
 	ctx := ctxT(t)
+	files := sandboxfiles.New(h.M)
 	sb := h.Create(api.CreateSandboxRequest{})
 	dir := h.Upper(sb.ID)
 	p := "/notes/a.txt"
-	if _, err := h.M.WriteFile(ctx, sb.ID, p, 0o600, true, strings.NewReader("alpha")); err != nil {
+	if _, err := files.WriteFile(ctx, sb.ID, p, 0o600, true, strings.NewReader("alpha")); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(b) != "alpha" {
 		t.Fatalf("written file in the upper dir = %q, %v", b, err)
 	}
-	rc, fi, err := h.M.ReadFile(ctx, sb.ID, p)
+	rc, fi, err := files.ReadFile(ctx, sb.ID, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,20 +118,20 @@ func TestInprocFiles(t *testing.T) {
 	if string(b) != "alpha" || fi.Size != 5 || fi.Path != p {
 		t.Fatalf("ReadFile = %q, %+v", b, fi)
 	}
-	if fi, err := h.M.Stat(ctx, sb.ID, p); err != nil || fi.Type != api.FileTypeFile {
+	if fi, err := files.Stat(ctx, sb.ID, p); err != nil || fi.Type != api.FileTypeFile {
 		t.Fatalf("Stat = %+v, %v", fi, err)
 	}
-	if _, err := h.M.Mkdir(ctx, sb.ID, api.MkdirRequest{Path: "/d1/d2", Parents: true}); err != nil {
+	if _, err := files.Mkdir(ctx, sb.ID, api.MkdirRequest{Path: "/d1/d2", Parents: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.M.Move(ctx, sb.ID, api.MoveRequest{From: p, To: "/d1/b.txt"}); err != nil {
+	if err := files.Move(ctx, sb.ID, api.MoveRequest{From: p, To: "/d1/b.txt"}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := h.M.List(ctx, sb.ID, "/d1")
+	l, err := files.List(ctx, sb.ID, "/d1")
 	if err != nil || len(l) != 2 {
 		t.Fatalf("List = %+v, %v", l, err)
 	}
-	ar, err := h.M.ReadArchive(ctx, sb.ID, "/d1")
+	ar, err := files.ReadArchive(ctx, sb.ID, "/d1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,7 @@ func TestInprocFiles(t *testing.T) {
 	if err != nil || len(tarball) == 0 {
 		t.Fatalf("ReadArchive: %d bytes, %v", len(tarball), err)
 	}
-	if err := h.M.WriteArchive(ctx, sb.ID, "/copy", bytes.NewReader(tarball)); err != nil {
+	if err := files.WriteArchive(ctx, sb.ID, "/copy", bytes.NewReader(tarball)); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "copy", "b.txt")); err != nil || string(b) != "alpha" {
@@ -147,13 +149,13 @@ func TestInprocFiles(t *testing.T) {
 	if r := h.Exec(sb.ID, api.ExecRequest{Command: "cat copy/b.txt"}); r.Stdout != "alpha" {
 		t.Fatalf("cat in the sandbox's directory = %+v", r)
 	}
-	if err := h.M.Remove(ctx, sb.ID, "/d1", true); err != nil {
+	if err := files.Remove(ctx, sb.ID, "/d1", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.M.Stat(ctx, sb.ID, "/d1"); !errdefs.IsNotFound(err) {
+	if _, err := files.Stat(ctx, sb.ID, "/d1"); !errdefs.IsNotFound(err) {
 		t.Fatalf("Stat after Remove: %v", err)
 	}
-	if _, _, err := h.M.ReadFile(ctx, "nosuchbox", p); !errdefs.IsNotFound(err) {
+	if _, _, err := files.ReadFile(ctx, "nosuchbox", p); !errdefs.IsNotFound(err) {
 		t.Fatalf("ReadFile of an unknown sandbox: %v", err)
 	}
 }
@@ -162,16 +164,17 @@ func TestInprocFiles(t *testing.T) {
 func TestInprocProcesses(t *testing.T) {
 	h := sandboxtest.New(t)
 	ctx := ctxT(t)
+	files := sandboxfiles.New(h.M)
 	sb := h.Create(api.CreateSandboxRequest{})
 	p, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "read line; echo got $line", StdinOpen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := h.M.ListProcesses(ctx, sb.ID)
+	ps, err := files.ListProcesses(ctx, sb.ID)
 	if err != nil || len(ps) != 1 || ps[0].Pid != p.Pid || !ps[0].Running {
 		t.Fatalf("ListProcesses = %+v, %v", ps, err)
 	}
-	if err := h.M.WriteStdin(ctx, sb.ID, p.Pid, strings.NewReader("hello\n"), true); err != nil {
+	if err := files.WriteStdin(ctx, sb.ID, p.Pid, strings.NewReader("hello\n"), true); err != nil {
 		t.Fatal(err)
 	}
 	s, err := h.M.Attach(ctx, sb.ID, p.Pid, true)
@@ -189,23 +192,23 @@ func TestInprocProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.M.Signal(ctx, sb.ID, sleeper.Pid, "KILL"); err != nil {
+	if err := files.Signal(ctx, sb.ID, sleeper.Pid, "KILL"); err != nil {
 		t.Fatal(err)
 	}
 	if r := sandboxtest.Drain(t, w); r.Code != 137 && r.Code != -1 {
 		t.Logf("watched exit %+v", r)
 	}
-	if err := h.M.Signal(ctx, sb.ID, 999999, "TERM"); !errdefs.IsNotFound(err) {
+	if err := files.Signal(ctx, sb.ID, 999999, "TERM"); !errdefs.IsNotFound(err) {
 		t.Fatalf("Signal(unknown pid) = %v", err)
 	}
 	tty, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000", TTY: &api.TTY{Rows: 10, Cols: 40}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.M.Resize(ctx, sb.ID, tty.Pid, api.TTY{Rows: 20, Cols: 80}); err != nil {
+	if err := files.Resize(ctx, sb.ID, tty.Pid, api.TTY{Rows: 20, Cols: 80}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.M.Signal(ctx, sb.ID, tty.Pid, "KILL"); err != nil {
+	if err := files.Signal(ctx, sb.ID, tty.Pid, "KILL"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/clock/clocktest"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -347,7 +348,7 @@ func TestIdlePersistentHibernatesAndWakesOnUse(t *testing.T) {
 	if s := state(t, m, id); s != api.StateHibernated {
 		t.Fatalf("after a day: %s", s)
 	}
-	if _, err := m.ListProcesses(ctx, id); err != nil {
+	if err := m.WithGuest(ctx, id, "listing processes", func(g *client.Client) error { _, err := g.Processes(ctx); return err }); err != nil {
 		t.Fatalf("call on a hibernated sandbox: %v", err)
 	}
 	if s := state(t, m, id); s != api.StateRunning || be.get(id) == first || be.get(id).isDestroyed() {
@@ -367,7 +368,7 @@ func TestIdlePersistentHibernatesAndWakesOnUse(t *testing.T) {
 	}
 	// Paused: a call thaws the same guest.
 	second := be.get(id)
-	if _, err := m.ListProcesses(ctx, id); err != nil {
+	if err := m.WithGuest(ctx, id, "listing processes", func(g *client.Client) error { _, err := g.Processes(ctx); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if second.isPaused() || be.get(id) != second || state(t, m, id) != api.StateRunning {

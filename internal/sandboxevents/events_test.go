@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -28,8 +29,8 @@ func (c fakeCore) Acquire(ctx context.Context, id string) (*sandbox.Handle, func
 	return nil, nil, errdefs.ErrNotImplemented
 }
 
-func (c fakeCore) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
-	return nil, errdefs.ErrNotImplemented
+func (c fakeCore) WithGuest(ctx context.Context, id, op string, fn func(*client.Client) error) error {
+	return errdefs.ErrNotImplemented
 }
 
 func newRecorder(t *testing.T, redactor func(string) *redact.Redactor, ids ...string) *Recorder {

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
+	"github.com/agentbox/agentbox/internal/sandboxfiles"
 	"github.com/agentbox/agentbox/internal/snapshot"
 	"github.com/agentbox/agentbox/internal/templatesvc"
 )
@@ -219,7 +220,7 @@ func TestInprocExecTransaction(t *testing.T) {
 	h.Write(sb.ID, "keep.txt", "before\n")
 	// read returns keep.txt as the sandbox sees it.
 	read := func() string {
-		rc, _, err := h.M.ReadFile(ctxT(t), sb.ID, "/keep.txt")
+		rc, _, err := sandboxfiles.New(h.M).ReadFile(ctxT(t), sb.ID, "/keep.txt")
 		if err != nil {
 			return err.Error()
 		}

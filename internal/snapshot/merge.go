@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandboxfiles"
 )
 
 // Merge.
@@ -300,8 +301,9 @@ func (m *Snapshots) applyChanges(ctx context.Context, id string, changes []layer
 		}
 	}
 	slices.SortFunc(removals, func(a, b string) int { return -strings.Compare(a, b) })
+	files := sandboxfiles.New(m.sbx)
 	for _, p := range removals {
-		if err := m.sbx.Remove(ctx, id, p, true); err != nil && !errdefs.IsNotFound(err) {
+		if err := files.Remove(ctx, id, p, true); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("removing %s: %w", p, err)
 		}
 	}
@@ -310,7 +312,7 @@ func (m *Snapshots) applyChanges(ctx context.Context, id string, changes []layer
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(pw, writes)) }()
-	err := m.sbx.WriteArchive(ctx, id, "/", pr)
+	err := files.WriteArchive(ctx, id, "/", pr)
 	pr.CloseWithError(io.ErrClosedPipe)
 	if err != nil {
 		return fmt.Errorf("writing changes: %w", err)

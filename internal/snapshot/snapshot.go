@@ -47,8 +47,6 @@ type Sandboxes interface {
 	// Calls as the API serves them.
 	DeleteSandbox(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error)
-	Remove(ctx context.Context, id, path string, recursive bool) error
-	WriteArchive(ctx context.Context, id, path string, r io.Reader) error
 }
 
 var _ Sandboxes = (*sandbox.Manager)(nil)
