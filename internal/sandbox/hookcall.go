@@ -269,24 +269,6 @@ func (m *Manager) observeBox(ctx context.Context, kind string, b *box, detail st
 	m.observe(ctx, Op{Kind: kind, Sandbox: b.id(), Tenant: b.owner(), Detail: detail, Err: err})
 }
 
-// observeID shows an operation on sandbox id ("" for none, e.g. a
-// checkpoint's) that ended with err.
-func (m *Manager) observeID(ctx context.Context, kind, id, detail string, err error) {
-	if len(m.hooks.observers) == 0 {
-		return
-	}
-	op := Op{Kind: kind, Sandbox: id, Detail: detail, Err: err}
-	if id != "" {
-		m.mu.Lock()
-		b := m.sandboxes[id]
-		m.mu.Unlock()
-		if b != nil {
-			op.Tenant = b.owner()
-		}
-	}
-	m.observe(ctx, op)
-}
-
 // observeTransition shows b's last transition (one recorded without
 // setStateLocked: a create, a hidden sandbox's hand-out).
 func (m *Manager) observeTransition(ctx context.Context, b *box) {
