@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/chanlisten"
 	"github.com/agentbox/agentbox/internal/contentcoding"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/redact"
@@ -104,7 +105,7 @@ type Bridge struct {
 	log        *slog.Logger
 	connectors map[string]connector
 	srv        *http.Server
-	ln         *chanListener
+	ln         *chanlisten.Listener
 }
 
 type connector struct {
@@ -141,7 +142,7 @@ func New(cfg Config, auth Authorizer, src SecretSource, events EventSink) (*Brid
 		base, _ := url.Parse(c.URL)
 		b.connectors[c.Name] = connector{Connector: c, base: base, proxy: b.newProxy(c, base, cfg.Transport)}
 	}
-	b.ln = newChanListener()
+	b.ln = chanlisten.New(bridgeAddr{})
 	b.srv = &http.Server{
 		Handler:           b,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -192,7 +193,7 @@ func (b *Bridge) ServeConn(ctx context.Context, sandboxID string, conn net.Conn)
 		case <-tc.done:
 		}
 	}()
-	if !b.ln.push(tc) {
+	if !b.ln.Deliver(tc) {
 		conn.Close()
 	}
 }
@@ -222,42 +223,6 @@ func (c *tunnelConn) Close() error {
 	c.once.Do(func() { close(c.done) })
 	return c.Conn.Close()
 }
-
-// chanListener is a net.Listener fed by ServeConn.
-type chanListener struct {
-	ch     chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newChanListener() *chanListener {
-	return &chanListener{ch: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (l *chanListener) push(c net.Conn) bool {
-	select {
-	case l.ch <- c:
-		return true
-	case <-l.closed:
-		return false
-	}
-}
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *chanListener) Addr() net.Addr { return bridgeAddr{} }
 
 type bridgeAddr struct{}
 

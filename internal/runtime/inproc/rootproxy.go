@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/chanlisten"
 	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
@@ -31,7 +32,7 @@ const headerTimeout = 10 * time.Second
 
 // serveRooted accepts clients on outer and serves each through the guest
 // listening on inner, its paths rewritten beneath root, until outer fails.
-func serveRooted(outer net.Listener, inner *chanListener, root string, after func()) {
+func serveRooted(outer net.Listener, inner *chanlisten.Listener, root string, after func()) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -51,13 +52,13 @@ func serveRooted(outer net.Listener, inner *chanListener, root string, after fun
 
 // proxyConn serves one client connection. It reports whether the request
 // may have changed files (anything but a read).
-func proxyConn(c net.Conn, inner *chanListener, root string) (wrote bool) {
+func proxyConn(c net.Conn, inner *chanlisten.Listener, root string) (wrote bool) {
 	defer c.Close()
 	done := make(chan struct{})
 	defer close(done)
 	go func() { // the guest stopped: so does this connection
 		select {
-		case <-inner.closed:
+		case <-inner.Done():
 			c.Close()
 		case <-done:
 		}
@@ -80,7 +81,7 @@ func proxyConn(c net.Conn, inner *chanListener, root string) (wrote bool) {
 		return false
 	}
 	defer ours.Close()
-	if !inner.deliver(theirs) {
+	if !inner.Deliver(theirs) {
 		theirs.Close()
 		return false
 	}
@@ -242,49 +243,11 @@ func stripRoot(b []byte, root string) []byte {
 	return out
 }
 
-// chanListener is the embedded guest's listener: its connections are the
-// proxy's socketpair ends.
-type chanListener struct {
-	conns  chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newChanListener() *chanListener {
-	return &chanListener{conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-// deliver hands c to Accept; false once the listener is closed.
-func (l *chanListener) deliver(c net.Conn) bool {
-	select {
-	case l.conns <- c:
-		return true
-	case <-l.closed:
-		return false
-	}
-}
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *chanListener) Addr() net.Addr { return &net.UnixAddr{Name: "inproc", Net: "unix"} }
-
 // serveGuestRooted runs serve on a chanListener fed by a rootProxy on ln,
 // until ctx is done; after is called when a request that may have written
 // files has been served.
 func serveGuestRooted(ctx context.Context, ln net.Listener, root string, after func(), serve func(context.Context, net.Listener) error) error {
-	inner := newChanListener()
+	inner := chanlisten.New(&net.UnixAddr{Name: "inproc", Net: "unix"})
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	proxied := make(chan struct{})
