@@ -123,8 +123,14 @@ unit() {
 	local mod pkgs
 	mod=$(go list -m)
 	pkgs=$(go list -e ./... | grep -v -x -e "$mod/test" -e "$mod/test/.*")
+	# TestCPUYield asserts what the CPU-yield policy does on a host that
+	# has spare CPU; with -p 2 another package's tests can take the second
+	# core for its whole run, so it runs alone, after the rest.
+	local rc=0
 	# shellcheck disable=SC2086 # one argument per package
-	AGENTBOX_TEST_STRICT=1 go test -count=1 -timeout 20m $pkgs
+	AGENTBOX_TEST_STRICT=1 go test -count=1 -timeout 20m -skip '^TestCPUYield$' $pkgs || rc=1
+	AGENTBOX_TEST_STRICT=1 go test -count=1 -timeout 5m -run '^TestCPUYield$' ./internal/runtime/native/ || rc=1
+	return $rc
 }
 
 # The race detector on the packages with concurrency. -short: the slow
