@@ -18,17 +18,6 @@ import (
 	"github.com/agentbox/agentbox/internal/upgrade"
 )
 
-// waitFor polls cond until it holds; the bound only stops a broken test.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 // Tenants see only their own sandboxes and templates; a tenant with
 // sandboxes is not purged, one without is.
 func TestInprocTenants(t *testing.T) {
@@ -129,7 +118,7 @@ func TestInprocGuestExit(t *testing.T) {
 	if err := inproc.New(inproc.Config{}).Cleanup(ctx, h.RuntimeSpec(sb.ID)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the guest's exit to be noticed", func() bool {
+	sandboxtest.WaitFor(t, "the guest's exit to be noticed", func() bool {
 		got, err := h.M.GetSandbox(ctx, sb.ID)
 		return err == nil && got.State != api.StateRunning
 	})

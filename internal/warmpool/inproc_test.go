@@ -6,7 +6,6 @@ package warmpool_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -14,17 +13,6 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
 	"github.com/agentbox/agentbox/internal/warmpool"
 )
-
-// waitFor polls cond until it holds; the bound only stops a broken test.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
 
 func pool(t *testing.T, k *warmpool.Keeper, name string) api.Pool {
 	t.Helper()
@@ -57,7 +45,7 @@ func TestInprocWarmPool(t *testing.T) {
 	if _, err := k.SetPool(ctx, "base", 2); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pool to fill", func() bool { return pool(t, k, "base").Ready == 2 })
+	sandboxtest.WaitFor(t, "the pool to fill", func() bool { return pool(t, k, "base").Ready == 2 })
 	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 0 {
 		t.Fatalf("pooled sandboxes are listed: %+v", l)
 	}
@@ -71,7 +59,7 @@ func TestInprocWarmPool(t *testing.T) {
 	if r := h.Exec(sb.ID, api.ExecRequest{Command: "echo $X"}); r.Stdout != "y\n" {
 		t.Fatalf("exec in a claimed sandbox = %+v", r)
 	}
-	waitFor(t, "the pool to refill", func() bool { return pool(t, k, "base").Ready == 2 })
+	sandboxtest.WaitFor(t, "the pool to refill", func() bool { return pool(t, k, "base").Ready == 2 })
 	for _, bad := range []struct {
 		name string
 		size int
@@ -102,7 +90,7 @@ func TestInprocWarmPool(t *testing.T) {
 	if p := pool(t, k2, "base"); p.Size != 2 {
 		t.Fatalf("pool after restart: %+v", p)
 	}
-	waitFor(t, "the recovered pool to be ready", func() bool { return pool(t, k2, "base").Ready == 2 })
+	sandboxtest.WaitFor(t, "the recovered pool to be ready", func() bool { return pool(t, k2, "base").Ready == 2 })
 	if _, err := k2.SetPool(ctx, "base", 0); err != nil {
 		t.Fatal(err)
 	}

@@ -233,3 +233,14 @@ func (e *Env) Exec(id string, req api.ExecRequest) Result {
 	}
 	return Drain(e.T, s)
 }
+
+// WaitFor polls cond until it holds; the bound only stops a broken test.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
