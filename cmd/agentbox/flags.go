@@ -95,7 +95,7 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
 	fs.DurationVar(&f.timeout, "timeout", 0, "lifetime after which the sandbox is deleted, e.g. 10m")
 	fs.StringVar(&f.hostname, "hostname", "", "hostname inside the sandbox")
-	fs.StringArrayVar(&f.allow, "allow-host", nil, "turn on egress through the proxy and allow HOST[:PORT|:*] (*.example.com wildcards, IPs, CIDRs; internal addresses only where the daemon's --egress-permit allows; repeatable)")
+	fs.StringArrayVar(&f.allow, "allow-host", nil, "turn on egress through the proxy and allow HOST[:PORT|:*] (*.example.com wildcards, IPs, CIDRs; internal addresses only where the daemon's --egress-permit allows; the host's loopback is host.agentbox.internal, 127.0.0.1 inside is the sandbox's own; repeatable)")
 	fs.StringArrayVar(&f.deny, "deny-host", nil, "deny HOST[:PORT] in egress mode, overriding allows (repeatable)")
 	fs.StringVar(&f.name, "name", "", "unique name; creating an existing name returns that sandbox")
 	fs.StringVar(&f.lifecycle, "lifecycle", "", "session (default: deleted when idle) or persistent (kept, hibernated when idle)")

@@ -37,6 +37,7 @@ deleting kill them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec, err := sf.spec()
+			warnLoopback(cmd, sf.allow)
 			if err != nil {
 				return err
 			}
@@ -191,6 +192,7 @@ sandbox is always deleted at the end.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			spec, err := sf.spec()
+			warnLoopback(cmd, sf.allow)
 			if err != nil {
 				return err
 			}
