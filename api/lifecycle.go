@@ -48,8 +48,9 @@ type IdlePolicy struct {
 	DeleteAfterSeconds    int64 `json:"delete_after_seconds,omitempty"`
 	TTLCountsAsleep       bool  `json:"ttl_counts_asleep,omitempty"`
 	// IgnoreBackground lets the policy pause, hibernate and delete a
-	// sandbox while processes started in the background (exec -d) run.
-	// By default a running background process is activity: the sandbox
+	// sandbox while background processes run (started with exec -d, or
+	// left running by a command: "server &"). By default a running
+	// background process is activity: the sandbox
 	// stays awake while one runs, and a sandbox paused while one ran is
 	// not hibernated or deleted by the policy (either would kill it).
 	IgnoreBackground bool `json:"ignore_background,omitempty"`

@@ -136,3 +136,29 @@ func cliTransitions(t *testing.T, d *daemon, id string) string {
 	out, errOut, _ := d.cli(t, "transitions", id)
 	return out + errOut
 }
+
+// TestIdleLeftBehindProcessKeepsSandboxAwake: a process a foreground exec
+// left running ("server &") is activity too: the guest, PID 1, sees it.
+func TestIdleLeftBehindProcessKeepsSandboxAwake(t *testing.T) {
+	d := newDaemon(t)
+	out, errOut, code := d.cli(t, "create", "--pause-after", "1s")
+	if code != 0 {
+		t.Fatalf("create: exit %d: %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	if _, errOut, code := d.cli(t, "exec", id, "--", "sh", "-c", "sleep 1000 >/dev/null 2>&1 </dev/null &"); code != 0 {
+		t.Fatalf("exec: exit %d: %s", code, errOut)
+	}
+	until := time.Now().Add(5 * time.Second)
+	for time.Now().Before(until) {
+		if s := cliState(t, d, id); s != api.StateRunning {
+			t.Fatalf("sandbox with a process left running is %s, want running; transitions:\n%s", s, cliTransitions(t, d, id))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	kill := `for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = sleep ] && kill ${p#/proc/}; done; true`
+	if _, errOut, code := d.cli(t, "exec", id, "--", "sh", "-c", kill); code != 0 {
+		t.Fatalf("killing the sleep: exit %d: %s", code, errOut)
+	}
+	waitState(t, d, id, api.StatePaused)
+}

@@ -102,7 +102,7 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.pauseAfter, "pause-after", "", "pause after this much idle time, e.g. 5m, or never")
 	fs.StringVar(&f.hibernateAfter, "hibernate-after", "", "hibernate after this much idle time, or never")
 	fs.StringVar(&f.deleteAfter, "delete-after", "", "delete after this much idle time, or never")
-	fs.BoolVar(&f.idleIgnoresBackground, "idle-ignores-background", false, "let the idle steps apply while processes started with exec -d run (by default a running background process keeps the sandbox awake, and one paused by hand is not hibernated or deleted while it held one)")
+	fs.BoolVar(&f.idleIgnoresBackground, "idle-ignores-background", false, "let the idle steps apply while background processes run (exec -d, or left running by a command; by default a running background process keeps the sandbox awake, and one paused by hand is not hibernated or deleted while it held one)")
 	f.limits.register(cmd)
 }
 

@@ -28,9 +28,9 @@ after 5m and deleted after 30m without activity, a persistent one paused
 after 5m and hibernated (every process stopped, files kept) after 30m;
 --pause-after, --hibernate-after and --delete-after change the steps
 ("never" turns one off). Any exec, file or attach call wakes it. Activity
-is a call, an open exec or attach stream, or a process started with
-"exec -d" that is still running: a background server keeps the sandbox
-awake, and a sandbox paused by hand while one runs is not hibernated or
+is a call, an open exec or attach stream, or a process still running in
+the sandbox (started with "exec -d", or left running by a command:
+"server &"): a background server keeps the sandbox awake, and a sandbox paused by hand while one runs is not hibernated or
 deleted by the policy. --idle-ignores-background lets the steps apply
 while background processes run (pausing freezes them; hibernating and
 deleting kill them).`,

@@ -2,23 +2,27 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
 // Background processes and the idle policy.
 //
-// A process started in the background (exec -d, POST .../processes) that
-// is still running is activity: under the default policy the idle policy
+// A background process still running in the sandbox (started with exec
+// -d, or left running by a command) is activity: under the default policy the idle policy
 // neither pauses, hibernates nor deletes a sandbox that runs one, and it
 // never hibernates or deletes a sandbox that was paused (by hand) while
 // one ran, since that would kill it. IdlePolicy.IgnoreBackground turns
 // this off: only calls and open streams count, as they did before.
 //
-// Whether one runs is asked of the guest, which started every such
-// process and reaps it (the process table behind `agentbox ps`), at the
+// Whether one runs is asked of the guest, PID 1 of the sandbox, which
+// sees every process in it (proto.OpActivity: a process a command left
+// running, "server &" or double-forked, counts too; a guest older than
+// that call is asked for the processes it started, `agentbox ps`), at the
 // moment an idle step falls due, never guessed from what the daemon saw:
 // a process that exits on its own is noticed at the next step. A busy
 // sandbox's idle clock restarts at each look, so once its last background
@@ -36,11 +40,25 @@ func (b *box) ignoresBackgroundLocked() bool {
 	return p != nil && p.IgnoreBackground
 }
 
-// runningBackground asks b's guest how many processes it started are
-// still running, and describes the first. b.life is held; b runs.
+// runningBackground asks b's guest how many processes live in the
+// sandbox besides itself (whoever started them: exec -d, or what a
+// command left running), and describes the first. A guest too old to
+// tell is asked for the processes it started that still run. b.life is
+// held; b runs.
 func (m *Manager) runningBackground(ctx context.Context, b *box) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, backgroundTimeout)
 	defer cancel()
+	act, err := b.guest.Activity(ctx)
+	if err == nil {
+		first := ""
+		if len(act.Sample) > 0 {
+			first = "pid " + act.Sample[0]
+		}
+		return act.Processes, first, nil
+	}
+	if !errors.Is(err, errdefs.ErrNotImplemented) {
+		return 0, "", fmt.Errorf("asking the guest for its processes: %w", err)
+	}
 	ps, err := b.guest.Processes(ctx)
 	if err != nil {
 		return 0, "", fmt.Errorf("listing the guest's processes: %w", err)
