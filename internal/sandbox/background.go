@@ -103,16 +103,19 @@ func (m *Manager) keepsAwake(ctx context.Context, b *box, state string) (bool, s
 	return true, fmt.Sprintf("%d background process(es) running, first %s", n, first)
 }
 
-// notePausedBusy records in b's record, as it is paused, whether a
-// background process runs (the policy permitting), so that the idle
-// policy does not hibernate or delete it later, when the frozen guest
-// cannot be asked. b.life is held exclusively and b runs.
-func (m *Manager) notePausedBusy(ctx context.Context, b *box) {
+// notePausedBusy records in b's record, as it is paused for cause,
+// whether a background process runs (the policy permitting), so that the
+// idle policy does not hibernate or delete it later, when the frozen
+// guest cannot be asked. The idle policy pauses only a sandbox it found
+// without one, and a warm pool only one it just made: the guest is asked
+// on the other causes (an API call, an upgrade). b.life is held
+// exclusively and b runs.
+func (m *Manager) notePausedBusy(ctx context.Context, b *box, cause string) {
 	b.mu.Lock()
 	ignore, id := b.ignoresBackgroundLocked(), b.rec.Sandbox.ID
 	b.mu.Unlock()
 	busy := false
-	if !ignore {
+	if !ignore && cause != api.CauseIdle && cause != api.CausePool {
 		n, _, err := m.runningBackground(ctx, b)
 		if err != nil {
 			m.log.WarnContext(ctx, "pausing: cannot tell whether background processes run; assuming they do", "sandbox", id, "err", err)

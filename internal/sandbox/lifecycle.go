@@ -476,7 +476,7 @@ func (m *Manager) pauseLocked(ctx context.Context, b *box, cause, detail string)
 	if !ok {
 		return fmt.Errorf("pausing sandbox %s: backend %s cannot freeze: %w", id, backend, errdefs.ErrFailedPrecondition)
 	}
-	m.notePausedBusy(ctx, b)
+	m.notePausedBusy(ctx, b, cause)
 	if err := p.Pause(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", id, err)
 	}
