@@ -34,9 +34,9 @@ import (
 //
 // Idle policy: a sandbox is idle while no call is being set up, no exec
 // or attach stream is open (box.lc.active == 0) and, unless its policy
-// says IgnoreBackground, no background process runs (background.go). After pause_after,
-// hibernate_after and delete_after of idleness (counted from the end of the
-// last activity) it is moved to the deepest state due. acquire, the single
+// says IgnoreBackground, no background process runs (background.go).
+// After pause_after, hibernate_after and delete_after of idleness (counted
+// from the end of the last activity) it is moved to the deepest state due. acquire, the single
 // entry of every exec, file and attach call, wakes a sleeping sandbox
 // first. The hard lifetime (ttl, timeout_seconds) does not run while the
 // sandbox sleeps unless IdlePolicy.TTLCountsAsleep. Timers come from
