@@ -65,7 +65,7 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.SecretsKeyFile }},
 	{Key: "connectors_file", Flag: "connectors-file", Env: EnvConnectorsFile, Usage: "JSON array of API bridge connectors [{name, url, secret, header, format}]",
 		field: func(c *Config) any { return &c.ConnectorsFile }},
-	{Key: "egress_permit", Flag: "egress-permit", Env: EnvEgressPermit, Usage: "internal address range the egress proxy may dial, CIDR or ADDR with an optional :PORT or :* (repeatable; the variable is comma-separated); loopback, link-local, private, CGNAT, ULA and the host's own addresses are unreachable from sandboxes otherwise, whatever their rules say",
+	{Key: "egress_permit", Flag: "egress-permit", Env: EnvEgressPermit, Usage: "internal address range the egress proxy may dial, CIDR or ADDR with an optional :PORT or :* (repeatable; the variable is comma-separated); loopback, link-local, private, CGNAT, ULA and the host's own addresses are unreachable from sandboxes otherwise, whatever their rules say (127.0.0.1:8080 lets sandboxes allowing host.agentbox.internal:8080 reach the host's service there)",
 		field: func(c *Config) any { return &c.EgressPermit }},
 	{Key: "egress_hosts_file", Flag: "egress-hosts-file", Env: EnvEgressHostsFile, Usage: "hosts(5)-style file of names the egress proxy resolves without DNS (host.agentbox.internal, the host's loopback as sandboxes name it, resolves to 127.0.0.1 unless the file names it)",
 		field: func(c *Config) any { return &c.EgressHostsFile }},
