@@ -8,49 +8,72 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// sandboxArgs names, by command path, the verbs whose positional
-// arguments name sandboxes, for shell completion: the first n arguments
-// (-1: every one). TestSandboxArgsExist keeps the paths in step with the
-// commands.
-var sandboxArgs = map[string]int{
-	"agentbox exec":                  1,
-	"agentbox shell":                 1,
-	"agentbox ps":                    1,
-	"agentbox attach":                1,
-	"agentbox kill":                  1,
-	"agentbox inspect":               -1,
-	"agentbox rm":                    -1,
-	"agentbox pause":                 -1,
-	"agentbox resume":                -1,
-	"agentbox hibernate":             -1,
-	"agentbox transitions":           1,
-	"agentbox events":                1,
-	"agentbox upgrade":               -1,
-	"agentbox fork":                  1,
-	"agentbox restore":               1,
-	"agentbox merge":                 2,
-	"agentbox diff":                  2,
-	"agentbox checkpoint create":     1,
-	"agentbox checkpoint ls":         1,
-	"agentbox template save":         1,
-	"agentbox egress log":            1,
-	"agentbox egress allow":          1,
-	"agentbox egress deny":           1,
-	"agentbox egress credential add": 1,
-	"agentbox egress credential ls":  1,
-	"agentbox egress credential rm":  1,
+// argKind says what a positional argument names, for shell completion.
+type argKind int
+
+const (
+	argSandbox    argKind = 1 << iota // a sandbox: id or name
+	argCheckpoint                     // a checkpoint: id or name
+)
+
+// argSpec describes a verb's positional arguments: each[i] is what
+// argument i names (0: nothing to suggest), rest what every further one
+// names.
+type argSpec struct {
+	each []argKind
+	rest argKind
 }
 
-// completionTimeout bounds the daemon call of one completion.
+var (
+	oneSandbox  = argSpec{each: []argKind{argSandbox}}
+	sandboxes   = argSpec{rest: argSandbox}
+	twoSandbox  = argSpec{each: []argKind{argSandbox, argSandbox}}
+	checkpoints = argSpec{rest: argCheckpoint}
+)
+
+// completionArgs names, by command path, the verbs whose positional
+// arguments name sandboxes or checkpoints. TestSandboxArgsExist keeps the
+// paths in step with the commands.
+var completionArgs = map[string]argSpec{
+	"agentbox exec":                  oneSandbox,
+	"agentbox shell":                 oneSandbox,
+	"agentbox ps":                    oneSandbox,
+	"agentbox attach":                oneSandbox,
+	"agentbox kill":                  oneSandbox,
+	"agentbox inspect":               sandboxes,
+	"agentbox rm":                    sandboxes,
+	"agentbox pause":                 sandboxes,
+	"agentbox resume":                sandboxes,
+	"agentbox hibernate":             sandboxes,
+	"agentbox transitions":           oneSandbox,
+	"agentbox events":                oneSandbox,
+	"agentbox upgrade":               sandboxes,
+	"agentbox fork":                  {each: []argKind{argSandbox | argCheckpoint}},
+	"agentbox restore":               {each: []argKind{argSandbox, argCheckpoint}},
+	"agentbox merge":                 twoSandbox,
+	"agentbox diff":                  twoSandbox,
+	"agentbox checkpoint create":     oneSandbox,
+	"agentbox checkpoint ls":         oneSandbox,
+	"agentbox checkpoint rm":         checkpoints,
+	"agentbox template save":         oneSandbox,
+	"agentbox egress log":            oneSandbox,
+	"agentbox egress allow":          oneSandbox,
+	"agentbox egress deny":           oneSandbox,
+	"agentbox egress credential add": oneSandbox,
+	"agentbox egress credential ls":  oneSandbox,
+	"agentbox egress credential rm":  oneSandbox,
+}
+
+// completionTimeout bounds the daemon calls of one completion.
 const completionTimeout = 2 * time.Second
 
-// addCompletions gives every command of root that sandboxArgs names
-// with n != 0 a ValidArgsFunction suggesting sandboxes.
+// addCompletions gives every command of root that completionArgs names a
+// ValidArgsFunction suggesting what its arguments name.
 func addCompletions(root *cobra.Command) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
-		if n := sandboxArgs[c.CommandPath()]; n != 0 && c.ValidArgsFunction == nil {
-			c.ValidArgsFunction = completeSandboxes(n)
+		if spec, ok := completionArgs[c.CommandPath()]; ok && c.ValidArgsFunction == nil {
+			c.ValidArgsFunction = spec.complete
 		}
 		for _, sub := range c.Commands() {
 			walk(sub)
@@ -59,44 +82,51 @@ func addCompletions(root *cobra.Command) {
 	walk(root)
 }
 
-// completeSandboxes suggests the ids and names of the sandboxes the
-// caller sees (asking the daemon), for the first n arguments (n < 0:
-// every one). It is quiet on errors: no daemon, no suggestion. Files are
-// never suggested.
-func completeSandboxes(n int) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		const directive = cobra.ShellCompDirectiveNoFileComp
-		if n >= 0 && len(args) >= n {
-			return nil, directive
-		}
-		c, err := rootGlobals(cmd).client()
-		if err != nil {
-			return nil, directive
-		}
-		ctx := cmd.Context()
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		ctx, cancel := context.WithTimeout(ctx, completionTimeout)
-		defer cancel()
-		list, err := c.List(ctx, nil)
-		if err != nil {
-			return nil, directive
-		}
-		var out []cobra.Completion
-		for _, sb := range list {
-			info := sb.Info()
-			desc := info.State
-			if info.Name != "" {
-				desc = info.Name + ", " + desc
-			}
-			if strings.HasPrefix(info.ID, toComplete) {
-				out = append(out, cobra.CompletionWithDesc(info.ID, desc))
-			}
-			if info.Name != "" && strings.HasPrefix(info.Name, toComplete) {
-				out = append(out, cobra.CompletionWithDesc(info.Name, info.ID+", "+info.State))
-			}
-		}
-		return out, directive
+// complete suggests the ids and names of the sandboxes or checkpoints the
+// caller sees (asking the daemon) for the argument being typed. It is
+// quiet on errors: no daemon, no suggestion. Files are never suggested.
+func (s argSpec) complete(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	const directive = cobra.ShellCompDirectiveNoFileComp
+	kind := s.rest
+	if len(args) < len(s.each) {
+		kind = s.each[len(args)]
 	}
+	if kind == 0 {
+		return nil, directive
+	}
+	c, err := rootGlobals(cmd).client()
+	if err != nil {
+		return nil, directive
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, completionTimeout)
+	defer cancel()
+	var out []cobra.Completion
+	add := func(id, name, what string) {
+		if strings.HasPrefix(id, toComplete) {
+			out = append(out, cobra.CompletionWithDesc(id, strings.TrimPrefix(name+", "+what, ", ")))
+		}
+		if name != "" && strings.HasPrefix(name, toComplete) {
+			out = append(out, cobra.CompletionWithDesc(name, id+", "+what))
+		}
+	}
+	if kind&argSandbox != 0 {
+		if list, err := c.List(ctx, nil); err == nil {
+			for _, sb := range list {
+				info := sb.Info()
+				add(info.ID, info.Name, info.State)
+			}
+		}
+	}
+	if kind&argCheckpoint != 0 {
+		if list, err := c.Checkpoints(ctx); err == nil {
+			for _, cp := range list {
+				add(cp.ID, cp.Name, "checkpoint of "+cp.SandboxID)
+			}
+		}
+	}
+	return out, directive
 }

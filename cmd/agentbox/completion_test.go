@@ -64,19 +64,27 @@ func TestCompletionSuggestsSandboxes(t *testing.T) {
 	if got, _ := complete(true, "exec", a.ID(), ""); len(got) != 0 {
 		t.Errorf("exec's command position offered sandboxes: %v", got)
 	}
+	// restore SANDBOX CHECKPOINT: the second is a checkpoint (the fake
+	// daemon has none), never a sandbox or a file.
+	if got, dir := complete(true, "restore", a.ID(), ""); len(got) != 0 || dir != ":4" {
+		t.Errorf("completing restore's checkpoint: %v %s", got, dir)
+	}
+	if got, _ := complete(true, "fork", ""); !has(got, a.ID(), "web1") {
+		t.Errorf("fork takes a sandbox too: %v", got)
+	}
 	if got, _ := complete(false, "--host", "unix:///nonexistent/agentbox.sock", "exec", ""); len(got) != 0 {
 		t.Errorf("no daemon: %v", got)
 	}
 }
 
-// Every verb named in sandboxArgs exists: a renamed command must not lose
+// Every verb named in completionArgs exists: a renamed command must not lose
 // its completion silently.
 func TestSandboxArgsExist(t *testing.T) {
 	root := rootCmd()
-	for path := range sandboxArgs {
+	for path := range completionArgs {
 		c, rest, err := root.Find(strings.Fields(path)[1:])
 		if err != nil || len(rest) != 0 || c.CommandPath() != path {
-			t.Errorf("sandboxArgs names %q, which is no command", path)
+			t.Errorf("completionArgs names %q, which is no command", path)
 		}
 	}
 }
