@@ -100,8 +100,7 @@ func updateNetwork(cmd *cobra.Command, id string, change func(spec *api.NetworkS
 	}
 	spec := api.NetworkSpec{Mode: api.NetworkEgress}
 	if cur := sb.Info().Network; cur != nil {
-		spec = *cur
-		spec.Mode = api.NetworkEgress
+		spec = api.NetworkSpec{Mode: api.NetworkEgress, Allow: slices.Clone(cur.Allow), Deny: slices.Clone(cur.Deny), Credentials: slices.Clone(cur.Credentials)}
 	}
 	if err := change(&spec); err != nil {
 		return err
