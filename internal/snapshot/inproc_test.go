@@ -71,17 +71,17 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 
 	h.Write(sb.ID, "work/state.txt", "two\n")
 	h.Write(sb.ID, "work/extra.txt", "x\n")
-	d, err := sn.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID, true)
+	d, err := sn.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID, api.DiffOptions{Unified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Added != 1 || d.Modified != 1 || d.Deleted != 0 {
 		t.Fatalf("Diff = %+v", d)
 	}
-	if _, err := sn.Diff(ctx, "template:base", sb.ID, false); err != nil {
+	if _, err := sn.Diff(ctx, "template:base", sb.ID, api.DiffOptions{}); err != nil {
 		t.Fatalf("Diff(template, bare id): %v", err)
 	}
-	if _, err := sn.Diff(ctx, "bogus:x", sb.ID, false); !errdefs.IsInvalidArgument(err) {
+	if _, err := sn.Diff(ctx, "bogus:x", sb.ID, api.DiffOptions{}); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("Diff(bogus ref): %v", err)
 	}
 	th1, err := sn.TreeHash(ctx, sb.ID)
@@ -121,7 +121,7 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 		if f.Labels["fork"] != "yes" || f.Env["B"] != "2" || f.Env["A"] != "1" || f.State != api.StateRunning {
 			t.Fatalf("fork %+v", f)
 		}
-		d, err := sn.Diff(ctx, "checkpoint:"+fr.Checkpoint, "sandbox:"+f.ID, false)
+		d, err := sn.Diff(ctx, "checkpoint:"+fr.Checkpoint, "sandbox:"+f.ID, api.DiffOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +272,7 @@ func TestInprocTemplates(t *testing.T) {
 		t.Fatalf("GetTemplate = %+v, %v", tp, err)
 	}
 	app := h.Create(api.CreateSandboxRequest{Template: "app@1"})
-	d, err := sn.Diff(ctx, "template:app", "sandbox:"+app.ID, false)
+	d, err := sn.Diff(ctx, "template:app", "sandbox:"+app.ID, api.DiffOptions{})
 	if err != nil || len(d.Changes) != 0 {
 		t.Fatalf("new sandbox differs from its template: %+v, %v", d, err)
 	}
