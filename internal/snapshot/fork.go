@@ -44,15 +44,16 @@ func (m *Snapshots) ForkCheckpoint(ctx context.Context, cid string, req api.Fork
 	return m.fork(ctx, ck, req)
 }
 
-// ForkSandbox checkpoints the running sandbox id (a checkpoint named "fork"
-// labelled agentbox.implicit=fork, listed like any other) and forks it; see
-// ForkCheckpoint.
+// ForkSandbox checkpoints sandbox id (a checkpoint named "fork" labelled
+// agentbox.implicit=fork, listed like any other) and forks it; see
+// ForkCheckpoint. A paused or hibernated source is not woken and stays so
+// (CreateCheckpoint).
 func (m *Snapshots) ForkSandbox(ctx context.Context, id string, req api.ForkRequest) (_ api.ForkResult, err error) {
 	defer func() { m.report(ctx, sandbox.OpFork, id, "", err) }()
 	if err := validateFork(&req); err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
-	h, unlock, err := m.sbx.LockRunning(ctx, id)
+	h, unlock, err := m.sbx.LockFiles(ctx, id)
 	if err != nil {
 		return api.ForkResult{}, err
 	}

@@ -424,3 +424,58 @@ func TestInprocLifecycle(t *testing.T) {
 		t.Fatalf("after DestroyAll: %d sandboxes", len(l))
 	}
 }
+
+// A checkpoint or fork of a paused or hibernated sandbox leaves it asleep,
+// and checkpoint and restore are recorded in its transitions (issue 17,
+// finding 8).
+func TestInprocCheckpointKeepsSleepingSource(t *testing.T) {
+	h, sn := newEnv(t)
+	ctx := ctxT(t)
+	m := h.M
+	for _, sleep := range []string{api.StatePaused, api.StateHibernated} {
+		sb := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent})
+		h.Write(sb.ID, "work/f.txt", "kept\n")
+		var err error
+		if sleep == api.StatePaused {
+			_, err = m.PauseSandbox(ctx, sb.ID)
+		} else {
+			_, err = m.HibernateSandbox(ctx, sb.ID)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ck, err := sn.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "asleep"})
+		if err != nil {
+			t.Fatalf("%s: checkpoint: %v", sleep, err)
+		}
+		if got, _ := m.GetSandbox(ctx, sb.ID); got.State != sleep {
+			t.Fatalf("after checkpoint of a %s sandbox: %s", sleep, got.State)
+		}
+		fr, err := sn.ForkSandbox(ctx, sb.ID, api.ForkRequest{})
+		if err != nil {
+			t.Fatalf("%s: fork: %v", sleep, err)
+		}
+		if got, _ := m.GetSandbox(ctx, sb.ID); got.State != sleep {
+			t.Fatalf("after fork of a %s sandbox: %s", sleep, got.State)
+		}
+		if len(fr.Sandboxes) != 1 || fr.Sandboxes[0].State != api.StateRunning {
+			t.Fatalf("%s: fork %+v", sleep, fr)
+		}
+		if _, err := sn.Restore(ctx, sb.ID, ck.ID); err != nil {
+			t.Fatal(err)
+		}
+		ts, err := m.SandboxTransitions(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		causes := map[string]string{}
+		for _, tr := range ts {
+			if tr.From == tr.To {
+				causes[tr.Cause] = tr.Detail
+			}
+		}
+		if causes[api.CauseCheckpoint] == "" || causes[api.CauseRestore] != ck.ID {
+			t.Fatalf("%s: transitions %+v", sleep, ts)
+		}
+	}
+}

@@ -9,8 +9,9 @@
 // (DeleteHook: implicit checkpoints go with their sandbox; PurgeHook: a
 // purged tenant's checkpoints; RescueHook: a failed upgrade falls back to
 // the latest checkpoint) and reaches sandboxes through the core's API for
-// it (internal/sandbox/core_snapshot.go: LockRunning, Handle.Frozen,
-// Handle.Reset, CreateFork, ReadFS, TemplateDirs). The core never imports
+// it (internal/sandbox/core_snapshot.go: LockRunning, LockFiles,
+// Handle.Frozen, Handle.Reset, Handle.Note, CreateFork, ReadFS,
+// TemplateDirs). The core never imports
 // it. See docs/EXTENSIONS.md.
 package snapshot
 
@@ -41,6 +42,7 @@ type Sandboxes interface {
 	Report(ctx context.Context, op sandbox.Op)
 	// The core's API for this feature (core_snapshot.go).
 	LockRunning(ctx context.Context, id string) (*sandbox.Handle, func(), error)
+	LockFiles(ctx context.Context, id string) (*sandbox.Handle, func(), error)
 	CreateFork(ctx context.Context, spec sandbox.ForkSpec) (api.Sandbox, error)
 	ReadFS(ctx context.Context, id string) (dirs []string, release func(), err error)
 	TemplateDirs(ctx context.Context, name string) (string, []string, error)
