@@ -84,6 +84,7 @@ func (m *Snapshots) CreateCheckpoint(ctx context.Context, id string, req api.Cre
 	}
 	m.log.InfoContext(ctx, "checkpoint created", "sandbox", id, "checkpoint", rec.Checkpoint.ID,
 		"size", rec.Checkpoint.SizeBytes, "frozen_ms", rec.Checkpoint.DurationMS)
+	m.describe(&rec.Checkpoint)
 	return rec.Checkpoint, nil
 }
 
@@ -200,6 +201,7 @@ func (m *Snapshots) ListCheckpoints(ctx context.Context, id string) ([]api.Check
 	for _, r := range recs {
 		if (id == "" || r.Checkpoint.SandboxID == id) && p.Sees(r.Checkpoint.Tenant) {
 			r.Checkpoint.DurationMS = 0
+			m.describe(&r.Checkpoint)
 			out = append(out, r.Checkpoint)
 		}
 	}
@@ -224,6 +226,7 @@ func (m *Snapshots) GetCheckpoint(ctx context.Context, cid string) (api.Checkpoi
 		return api.Checkpoint{}, err
 	}
 	rec.Checkpoint.DurationMS = 0
+	m.describe(&rec.Checkpoint)
 	return rec.Checkpoint, nil
 }
 

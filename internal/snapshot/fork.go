@@ -62,7 +62,11 @@ func (m *Snapshots) ForkSandbox(ctx context.Context, id string, req api.ForkRequ
 	if err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
-	return m.fork(ctx, ck, req)
+	res, err := m.fork(ctx, ck, req)
+	// Older implicit checkpoints of the source may go; this one is the
+	// forks' base (or, on error, taken for nothing and pruned in turn).
+	m.PruneImplicit(ctx, id)
+	return res, err
 }
 
 func validateFork(req *api.ForkRequest) error {
@@ -83,6 +87,7 @@ func (m *Snapshots) fork(ctx context.Context, ck store.CheckpointRecord, req api
 	if err != nil {
 		return api.ForkResult{}, err
 	}
+	defer m.pin(ck.Checkpoint.ID)() // not pruned before the forks stand on it
 	paths, err := ls.Paths(ck.Layer)
 	if err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", ck.Checkpoint.ID, err)

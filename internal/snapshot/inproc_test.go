@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -477,5 +478,72 @@ func TestInprocCheckpointKeepsSleepingSource(t *testing.T) {
 		if causes[api.CauseCheckpoint] == "" || causes[api.CauseRestore] != ck.ID {
 			t.Fatalf("%s: transitions %+v", sleep, ts)
 		}
+	}
+}
+
+// Implicit checkpoints are kept per sandbox up to the retention's count
+// and age, listed with Implicit and ExpiresAt; a fork's base and the
+// user's checkpoints stay (issue 17, finding 7).
+func TestInprocImplicitRetention(t *testing.T) {
+	var sn *snapshot.Snapshots
+	h := sandboxtest.New(t, func(e *sandboxtest.Env, c *sandbox.Config) {
+		sn = snapshot.New(snapshot.Config{Layers: e.Layers, Checkpoints: e.Store, IDs: c.IDs,
+			Retention: snapshot.Retention{Keep: 2, MaxAge: time.Hour}})
+		c.Extensions = append(c.Extensions, sn)
+	})
+	ctx := ctxT(t)
+	sb := h.Create(api.CreateSandboxRequest{})
+	mine, err := sn.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine.Implicit != "" || mine.ExpiresAt != nil {
+		t.Fatalf("a user's checkpoint: %+v", mine)
+	}
+	fr, err := sn.ForkSandbox(ctx, sb.ID, api.ForkRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var execs []string
+	for i := range 4 {
+		h.Write(sb.ID, "work/n.txt", strings.Repeat("x", i+1))
+		if r := txn(t, sn, sb.ID, api.ExecRequest{Command: "true", CheckpointBefore: true}); r.Code != 0 {
+			t.Fatalf("transaction: %+v", r)
+		}
+		cks, err := sn.ListCheckpoints(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		execs = append(execs, cks[len(cks)-1].ID)
+	}
+	cks, err := sn.ListCheckpoints(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]api.Checkpoint{}
+	for _, c := range cks {
+		got[c.ID] = c
+	}
+	if _, ok := got[mine.ID]; !ok {
+		t.Error("the user's checkpoint was pruned")
+	}
+	if c, ok := got[fr.Checkpoint]; !ok || c.Implicit != "fork" {
+		t.Errorf("the fork's base: %+v (kept %v)", c, ok)
+	}
+	for i, id := range execs {
+		c, ok := got[id]
+		if kept := i >= 2; ok != kept {
+			t.Errorf("exec checkpoint %d kept %v, want %v", i, ok, kept)
+		}
+		if ok && (c.Implicit != "exec" || c.ExpiresAt == nil || !c.ExpiresAt.Equal(c.CreatedAt.Add(time.Hour))) {
+			t.Errorf("exec checkpoint %d: %+v", i, c)
+		}
+	}
+	// With the fork gone, its base goes at the next prune.
+	if err := h.M.DeleteSandbox(ctx, fr.Sandboxes[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := sn.PruneImplicit(ctx, sb.ID); n != 1 {
+		t.Errorf("pruned %d after the fork went, want 1 (its base)", n)
 	}
 }

@@ -216,6 +216,8 @@ func (m *Snapshots) Merge(ctx context.Context, target string, req api.MergeReque
 			return res, fmt.Errorf("merging into %s: %w", target, err)
 		}
 		res.Checkpoint = ck.ID
+		defer m.pin(ck.ID)() // the merge's plan and undo point
+		m.PruneImplicit(ctx, target)
 		if ours, err = m.checkpointState(ctx, ck.ID); err != nil {
 			return res, err
 		}

@@ -47,6 +47,7 @@ type Sandboxes interface {
 	ReadFS(ctx context.Context, id string) (dirs []string, release func(), err error)
 	TemplateDirs(ctx context.Context, name string) (string, []string, error)
 	// Calls as the API serves them.
+	ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error)
 }
@@ -68,7 +69,10 @@ type Config struct {
 	// against their tenant's quotas: the Manager's (sandbox.Config.Quotas).
 	// Nil limits nothing.
 	Quotas sandbox.Quotas
-	Logger *slog.Logger
+	// Retention bounds the checkpoints the daemon takes on its own
+	// (LabelImplicit); the zero value keeps them all.
+	Retention Retention
+	Logger    *slog.Logger
 }
 
 // Snapshots serves checkpoints, restore, fork, exec transactions, diff and
@@ -82,8 +86,11 @@ type Snapshots struct {
 	cs  store.CheckpointStore
 	ids runtime.IDMap
 	q   sandbox.Quotas
+	ret Retention
 	log *slog.Logger
 	sbx Sandboxes // set by Provision, before any hook runs
+
+	prune pruner // the retention of implicit checkpoints (retention.go)
 }
 
 var (
@@ -92,6 +99,7 @@ var (
 	_ sandbox.DeleteHook  = (*Snapshots)(nil)
 	_ sandbox.PurgeHook   = (*Snapshots)(nil)
 	_ sandbox.RescueHook  = (*Snapshots)(nil)
+	_ io.Closer           = (*Snapshots)(nil)
 )
 
 // New returns Snapshots; the Manager provisions it.
@@ -100,7 +108,8 @@ func New(cfg Config) *Snapshots {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Snapshots{ls: cfg.Layers, cs: cfg.Checkpoints, ids: cfg.IDs, q: cfg.Quotas, log: log}
+	return &Snapshots{ls: cfg.Layers, cs: cfg.Checkpoints, ids: cfg.IDs, q: cfg.Quotas, ret: cfg.Retention, log: log,
+		prune: pruner{pinned: map[string]int{}, stop: make(chan struct{})}}
 }
 
 // admitSandboxes admits n forks of owner, each with disk bytes of disk

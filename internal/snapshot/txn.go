@@ -47,13 +47,18 @@ func (m *Snapshots) execTransaction(ctx context.Context, id string, req api.Exec
 	if err != nil {
 		return nil, err
 	}
+	// The checkpoint stays until the rollback is decided, whatever the
+	// retention; older implicit ones of the sandbox may go now.
+	unpin := m.pin(ck.ID)
+	m.PruneImplicit(ctx, id)
 	// The command must be followed to its end even if the client leaves.
 	inner, err := m.sbx.Exec(context.WithoutCancel(ctx), id, req)
 	if err != nil {
+		unpin()
 		return nil, err
 	}
 	t := &txnStream{events: make(chan txnItem, 64), done: make(chan struct{})}
-	go t.pump(inner, func(ev *api.ExecEvent) {
+	go t.pump(inner, unpin, func(ev *api.ExecEvent) {
 		ev.Checkpoint = ck.ID
 		if !rollback || !failed(*ev) {
 			return
@@ -86,7 +91,9 @@ type txnStream struct {
 	closeOnce sync.Once
 }
 
-func (t *txnStream) pump(inner execstream.Stream, onExit func(*api.ExecEvent)) {
+// pump forwards inner's events; done runs when inner ends.
+func (t *txnStream) pump(inner execstream.Stream, done func(), onExit func(*api.ExecEvent)) {
+	defer done()
 	defer inner.Close()
 	defer close(t.events)
 	for {
