@@ -327,3 +327,62 @@ func TestCheckpointKeepsSleepingSource(t *testing.T) {
 		})
 	}
 }
+
+// TestTransitionsRecordUpgrade: an upgrade of the guest shows in the
+// sandbox's transitions, with the versions.
+func TestTransitionsRecordUpgrade(t *testing.T) {
+	d := newDaemon(t)
+	buildVariants(t, goodBuild)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sb := d.create(t, agentbox.SandboxSpec{})
+	res, err := sb.Upgrade(ctx, agentbox.UpgradeOptions{Runner: goodBuild(t)})
+	if err != nil || !res.Changed {
+		t.Fatalf("upgrade: %+v %v", res, err)
+	}
+	ts, err := sb.Transitions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range ts {
+		if tr.Cause == "upgrade" && tr.From == "running" && tr.To == "running" && strings.Contains(tr.Detail, "9.9.9-test+") {
+			return
+		}
+	}
+	t.Fatalf("transitions lack the upgrade: %+v", ts)
+}
+
+// TestDiffHibernatedSandbox: a hibernated sandbox's files are read on the
+// host for a diff and a tree hash without waking it, and they are its
+// files (its disk is mounted for the read), not an empty upper layer.
+func TestDiffHibernatedSandbox(t *testing.T) {
+	d := newDaemon(t)
+	ctx := context.Background()
+	sb := d.create(t, agentbox.SandboxSpec{Lifecycle: api.LifecyclePersistent})
+	ck, err := sb.Checkpoint(ctx, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, sb, "echo new > /root/new.txt")
+	awake, err := sb.TreeHash(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Hibernate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	df, err := d.client.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(df.Changes) != 1 || df.Changes[0].Path != "/root/new.txt" || df.Changes[0].Change != api.ChangeAdded {
+		t.Fatalf("diff of the hibernated sandbox: %+v", df.Changes)
+	}
+	if h, err := sb.TreeHash(ctx); err != nil || h != awake {
+		t.Fatalf("tree hash asleep %s (%v), awake %s", h, err, awake)
+	}
+	got, err := d.client.Get(ctx, sb.ID())
+	if err != nil || got.Info().State != api.StateHibernated {
+		t.Fatalf("after diff: %+v %v", got.Info(), err)
+	}
+}

@@ -25,8 +25,10 @@ import (
 // operation lock held shared: no restore, checkpoint or delete changes
 // them until release is called (its processes keep running, so a file
 // being written shows in either state). It does not wake a sleeping
-// sandbox and does not count as a call. The caller must call release,
-// once. Another tenant's or an unknown sandbox is ErrNotFound.
+// sandbox and does not count as a call; a hibernated sandbox's disk is
+// mounted for the read, with its lock held exclusively instead (LockFiles).
+// The caller must call release, once. Another tenant's or an unknown
+// sandbox is ErrNotFound.
 func (m *Manager) ReadFS(ctx context.Context, id string) (dirs []string, release func(), err error) {
 	b, err := m.get(ctx, id)
 	if err != nil {
@@ -34,8 +36,17 @@ func (m *Manager) ReadFS(ctx context.Context, id string) (dirs []string, release
 	}
 	b.life.RLock()
 	b.mu.Lock()
-	deleted, upper, lowers := b.deleted, b.rec.UpperDir, slices.Clone(b.rec.Layers)
+	deleted, upper, lowers, state := b.deleted, b.rec.UpperDir, slices.Clone(b.rec.Layers), b.rec.Sandbox.State
 	b.mu.Unlock()
+	if !deleted && state == api.StateHibernated {
+		b.life.RUnlock()
+		h, unlock, err := m.LockFiles(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		upper, lowers := h.Dirs()
+		return append([]string{upper}, lowers...), unlock, nil
+	}
 	if deleted {
 		b.life.RUnlock()
 		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
