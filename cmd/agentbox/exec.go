@@ -32,7 +32,7 @@ type execFlags struct {
 	token       bool
 	private     bool
 	checkpoint  bool // checkpoint before the command
-	rollback    bool // and restore it when the command fails
+	rollback    bool // and put the files back to it when the command fails
 }
 
 func (f *execFlags) request(argv []string) (api.ExecRequest, error) {
