@@ -51,10 +51,10 @@ func TestLs(t *testing.T) {
 		t.Fatalf("ls --label team=x --json = %v, %v", some, err)
 	}
 	table := strings.Split(strings.TrimSpace(mustCLI(t, srv, "ls")), "\n")
-	if len(table) != 3 || strings.Join(strings.Fields(table[0]), " ") != "ID TEMPLATE STATE CREATED LABELS" {
+	if len(table) != 3 || strings.Join(strings.Fields(table[0]), " ") != "ID NAME TEMPLATE STATE CREATED LABELS" {
 		t.Fatalf("ls table:\n%s", strings.Join(table, "\n"))
 	}
-	if f := strings.Fields(table[1]); f[0] != a.ID() || f[1] != "busybox" || f[2] != "running" || f[len(f)-1] != "env=ci,team=x" {
+	if f := strings.Fields(table[1]); f[0] != a.ID() || f[1] != "-" || f[2] != "busybox" || f[3] != "running" || f[len(f)-1] != "env=ci,team=x" {
 		t.Fatalf("ls row = %q", table[1])
 	}
 	if out := mustCLI(t, srv, "ls", "--json", "--label", "team=none"); strings.TrimSpace(out) != "[]" {

@@ -124,8 +124,9 @@ func (h *handler) merge(ms MergeService, w http.ResponseWriter, r *http.Request)
 		return err
 	}
 	if !sandboxIDRe.MatchString(req.From) {
-		return errorf("from must be a sandbox id")
+		return errorf("from must be a sandbox id or name")
 	}
+	req.From = resolveSandbox(r, req.From)
 	res, err := ms.Merge(r.Context(), id, req)
 	if err != nil && errors.Is(err, errdefs.ErrConflict) && len(res.Conflicts) > 0 {
 		// The conflicts are the answer: send them with the error.
