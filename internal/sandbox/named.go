@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -168,8 +169,13 @@ func (m *Manager) optionsDiffer(ctx context.Context, asked, resolved api.CreateS
 	if asked.Lifecycle != "" && asked.Lifecycle != sb.Lifecycle {
 		differ("lifecycle", sb.Lifecycle, asked.Lifecycle)
 	}
-	if asked.Idle != nil && sb.Idle != nil && *resolved.Idle != *sb.Idle {
-		differ("idle", idleString(*sb.Idle), idleString(*resolved.Idle))
+	if asked.Idle != nil && sb.Idle != nil {
+		// The overrides asked for, over the preset of the lifecycle the
+		// sandbox would have (its own when none is asked for).
+		want := api.CreateSandboxRequest{Lifecycle: cmp.Or(asked.Lifecycle, sb.Lifecycle), Idle: asked.Idle, Runtime: sb.Backend}
+		if err := m.resolveLifecycle(&want); err == nil && *want.Idle != *sb.Idle {
+			differ("idle", idleString(*sb.Idle), idleString(*want.Idle))
+		}
 	}
 	has, want := sb.Resources, asked.Resources
 	for _, r := range []struct {
