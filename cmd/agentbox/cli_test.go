@@ -418,3 +418,23 @@ func TestExtractTarRefusesHostile(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox's name works wherever its id does (the test server resolves
+// names as the daemon does), and ls shows it.
+func TestNamesWhereIDs(t *testing.T) {
+	srv := agentboxtest.NewServer(t)
+	a := srv.AddSandbox(api.CreateSandboxRequest{Name: "web1"})
+	if out := mustCLI(t, srv, "inspect", "web1"); !strings.Contains(out, a.ID()) {
+		t.Fatalf("inspect web1 = %q", out)
+	}
+	table := strings.Split(strings.TrimSpace(mustCLI(t, srv, "ls")), "\n")
+	if f := strings.Fields(table[1]); len(table) != 2 || f[0] != a.ID() || f[1] != "web1" {
+		t.Fatalf("ls:\n%s", strings.Join(table, "\n"))
+	}
+	if out, errOut, code := cli(t, srv, "", "inspect", "nosuch"); code != exitAgentbox || out != "" || !strings.Contains(errOut, "nosuch") {
+		t.Fatalf("inspect nosuch: exit %d, stdout %q, stderr %q; want nothing on stdout", code, out, errOut)
+	}
+	if out := mustCLI(t, srv, "rm", "web1"); strings.TrimSpace(out) != "web1" || srv.Sandbox(a.ID()) != nil {
+		t.Fatalf("rm web1 = %q; left %v", out, srv.SandboxIDs())
+	}
+}

@@ -30,7 +30,9 @@ func (c *Client) sandbox(info api.Sandbox) *Sandbox {
 }
 
 // Sandbox returns a handle on the sandbox id without contacting the daemon;
-// its Info is empty until Refresh. Use Get to check that it exists.
+// its Info is empty until Refresh. Use Get to check that it exists. id may
+// also be the sandbox's name (the daemon resolves it on every call, and
+// ID returns it as given; Get returns a handle on the id).
 func (c *Client) Sandbox(id string) *Sandbox {
 	return &Sandbox{c: c, id: id, info: api.Sandbox{ID: id}}
 }
@@ -44,7 +46,8 @@ func (c *Client) Create(ctx context.Context, spec SandboxSpec) (*Sandbox, error)
 	return c.sandbox(info), nil
 }
 
-// Get returns the sandbox id; IsNotFound(err) when there is none.
+// Get returns the sandbox id (or of that name: the handle's ID is the
+// sandbox's id); IsNotFound(err) when there is none.
 func (c *Client) Get(ctx context.Context, id string) (*Sandbox, error) {
 	var info api.Sandbox
 	if err := c.call(ctx, request{method: http.MethodGet, path: sandboxPath(id)}, &info); err != nil {
