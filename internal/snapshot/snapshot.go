@@ -9,8 +9,9 @@
 // (DeleteHook: implicit checkpoints go with their sandbox; PurgeHook: a
 // purged tenant's checkpoints; RescueHook: a failed upgrade falls back to
 // the latest checkpoint) and reaches sandboxes through the core's API for
-// it (internal/sandbox/core_snapshot.go: LockRunning, Handle.Frozen,
-// Handle.Reset, CreateFork, ReadFS, TemplateDirs). The core never imports
+// it (internal/sandbox/core_snapshot.go: LockRunning, LockFiles,
+// Handle.Frozen, Handle.Reset, Handle.Note, CreateFork, ReadFS,
+// TemplateDirs). The core never imports
 // it. See docs/EXTENSIONS.md.
 package snapshot
 
@@ -41,10 +42,12 @@ type Sandboxes interface {
 	Report(ctx context.Context, op sandbox.Op)
 	// The core's API for this feature (core_snapshot.go).
 	LockRunning(ctx context.Context, id string) (*sandbox.Handle, func(), error)
+	LockFiles(ctx context.Context, id string) (*sandbox.Handle, func(), error)
 	CreateFork(ctx context.Context, spec sandbox.ForkSpec) (api.Sandbox, error)
 	ReadFS(ctx context.Context, id string) (dirs []string, release func(), err error)
 	TemplateDirs(ctx context.Context, name string) (string, []string, error)
 	// Calls as the API serves them.
+	ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error)
 }
@@ -66,7 +69,10 @@ type Config struct {
 	// against their tenant's quotas: the Manager's (sandbox.Config.Quotas).
 	// Nil limits nothing.
 	Quotas sandbox.Quotas
-	Logger *slog.Logger
+	// Retention bounds the checkpoints the daemon takes on its own
+	// (LabelImplicit); the zero value keeps them all.
+	Retention Retention
+	Logger    *slog.Logger
 }
 
 // Snapshots serves checkpoints, restore, fork, exec transactions, diff and
@@ -80,8 +86,11 @@ type Snapshots struct {
 	cs  store.CheckpointStore
 	ids runtime.IDMap
 	q   sandbox.Quotas
+	ret Retention
 	log *slog.Logger
 	sbx Sandboxes // set by Provision, before any hook runs
+
+	prune pruner // the retention of implicit checkpoints (retention.go)
 }
 
 var (
@@ -90,6 +99,7 @@ var (
 	_ sandbox.DeleteHook  = (*Snapshots)(nil)
 	_ sandbox.PurgeHook   = (*Snapshots)(nil)
 	_ sandbox.RescueHook  = (*Snapshots)(nil)
+	_ io.Closer           = (*Snapshots)(nil)
 )
 
 // New returns Snapshots; the Manager provisions it.
@@ -98,7 +108,8 @@ func New(cfg Config) *Snapshots {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Snapshots{ls: cfg.Layers, cs: cfg.Checkpoints, ids: cfg.IDs, q: cfg.Quotas, log: log}
+	return &Snapshots{ls: cfg.Layers, cs: cfg.Checkpoints, ids: cfg.IDs, q: cfg.Quotas, ret: cfg.Retention, log: log,
+		prune: pruner{pinned: map[string]int{}, stop: make(chan struct{})}}
 }
 
 // admitSandboxes admits n forks of owner, each with disk bytes of disk
