@@ -159,7 +159,6 @@ func (s *Server) AddSandbox(req api.CreateSandboxRequest) *Sandbox {
 		exp := sb.info.CreatedAt.Add(time.Duration(req.TimeoutSeconds) * time.Second)
 		sb.info.ExpiresAt = &exp
 	}
-	sb.info.Name = req.Name
 	s.sandboxes[id] = sb
 	return sb
 }
