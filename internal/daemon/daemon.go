@@ -61,6 +61,8 @@ type Daemon struct {
 	log     *slog.Logger
 	store   *store.Bolt
 	manager *sandbox.Manager
+	// disks enforces sandboxes' disk limits (nil: unavailable; limits.go).
+	disks   sandbox.DiskQuota
 	handler http.Handler
 	secrets *secrets.Store
 	// backends are the isolation backends by name (backends.go).
@@ -261,10 +263,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, err
 	}
-	if err := mgr.PrepareDisks(ctx); err != nil {
+	if err := prepareDisks(ctx, dq, cfg); err != nil {
 		log.Warn("disks of the default limit are formatted at create", "err", err)
 	}
-	undo.Add(func() { _ = mgr.CloseDisks() })
+	undo.Add(func() { _ = closeDisks(dq) })
 	// Only now, with every recovered sandbox's id range taken, may
 	// prespawned guests take ranges.
 	backends.FillPools()
@@ -282,7 +284,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Version: version.Version,
 	})
 	undo.Release()
-	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
+	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, disks: dq, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -357,7 +359,7 @@ func (d *Daemon) Close() error {
 	d.stopBridge()
 	d.pipe.close()
 	d.pools.DrainPools(context.Background())
-	closeLimits(d.manager, d.cfg.DataDir, d.log)
+	closeLimits(d.disks, d.cfg.DataDir, d.log)
 	_ = d.manager.Close()
 	if err := d.backends.Close(); err != nil {
 		d.log.Warn("closing backends", "err", err)

@@ -19,7 +19,7 @@ func TestCoreImportsNoFeature(t *testing.T) {
 		"internal/sandboxnet":    "network policy attaches through prepare, create, start and exec hooks",
 		"internal/sandboxfiles":  "file and guest process calls go through WithGuest",
 		"internal/tunnel":        "tunnels attach through start, stop and delete hooks",
-		"internal/snapshot":      "diff, tree hash and merge read sandboxes through ReadFS, CheckpointDirs and TemplateDirs",
+		"internal/snapshot":      "diff, tree hash and merge read sandboxes through ReadFS, CheckpointDirs and ResolveTemplate",
 		"internal/templatesvc":   "the template API is above the core; it saves through LockRunning and Handle.Frozen",
 		"internal/layergc":       "the collector is above the core; it asks for LayersInUse",
 		"internal/upgrade":       "runner staging and upgrade requests are above the core; the swap is UpgradeGuest",

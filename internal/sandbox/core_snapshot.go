@@ -43,18 +43,6 @@ func (m *Manager) ReadFS(ctx context.Context, id string) (dirs []string, release
 	return append([]string{upper}, lowers...), b.life.RUnlock, nil
 }
 
-// TemplateDirs resolves template name as a create would (the caller's
-// own templates first, then the catalogue; a builtin is built on first
-// use) and returns its full name and the host directories of its layers,
-// top-most first.
-func (m *Manager) TemplateDirs(ctx context.Context, name string) (string, []string, error) {
-	t, err := m.template(ctx, name)
-	if err != nil {
-		return "", nil, err
-	}
-	return t.Name, t.Layers, nil
-}
-
 // ForkBase is the id of the checkpoint the sandbox was forked from ("" for
 // a sandbox that is no fork): the common ancestor of a merge with its
 // parent or a sibling.

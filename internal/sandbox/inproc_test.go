@@ -49,8 +49,8 @@ func TestInprocCreateExecDelete(t *testing.T) {
 	if err != nil || info.Backend != inproc.Name || info.Sandboxes != 2 || info.Version != "v-test" {
 		t.Fatalf("Info = %+v, %v", info, err)
 	}
-	if h.M.Backend().Name != inproc.Name {
-		t.Fatalf("Backend = %+v", h.M.Backend())
+	if info, _ := h.M.Info(t.Context()); info.Backend != inproc.Name {
+		t.Fatalf("Backend = %+v", info.Backend)
 	}
 	if err := h.M.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)

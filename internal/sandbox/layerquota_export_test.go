@@ -43,7 +43,7 @@ func layerManager(t *testing.T) (*Manager, *fakeQuotas, layers.Layer) {
 		t.Fatal(err)
 	}
 	m.cfg.Layers = ls
-	tm, err := templates.New(templates.Config{DataDir: filepath.Join(t.TempDir(), "templates"), Layers: ls, Admit: m.AdmitTemplateLayer})
+	tm, err := templates.New(templates.Config{DataDir: filepath.Join(t.TempDir(), "templates"), Layers: ls, Admit: m.admitTemplateLayer})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -186,7 +186,7 @@ func New(cfg Config, backends *runtime.Registry, tmpl Templates, st store.Store)
 		sandboxes: make(map[string]*box),
 	}
 	if tmpl == nil && cfg.NewTemplates != nil {
-		t, err := cfg.NewTemplates(m.stepRunner(), m.AdmitTemplateLayer)
+		t, err := cfg.NewTemplates(m.stepRunner(), m.admitTemplateLayer)
 		if err != nil {
 			return nil, err
 		}
@@ -197,9 +197,6 @@ func New(cfg Config, backends *runtime.Registry, tmpl Templates, st store.Store)
 	}
 	return m, nil
 }
-
-// Backend returns the default isolation backend's capabilities.
-func (m *Manager) Backend() runtime.Capabilities { return m.backends.Default().Capabilities() }
 
 // Info reports the daemon's version, backend and number of sandboxes.
 func (m *Manager) Info(ctx context.Context) (api.Info, error) {
@@ -217,7 +214,7 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		DataDir:           m.cfg.DataDir,
 		Sandboxes:         n,
 		Backends:          m.backendInfos(),
-		DiskQuota:         m.DiskQuotaMethod(),
+		DiskQuota:         m.diskQuotaMethod(),
 		DefaultDiskBytes:  m.cfg.DefaultResources.DiskBytes,
 		DefaultDiskInodes: m.cfg.DefaultResources.DiskInodes,
 		MaxDiskBytes:      maxBytes,

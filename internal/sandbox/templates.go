@@ -43,7 +43,7 @@ var _ Templates = (*templates.Manager)(nil)
 // TemplatesFactory builds the template store of a Manager under
 // construction. Templates and sandboxes depend on each other: the store
 // runs "run" steps in the Manager's sandboxes (runner) and admits new
-// layers against tenants' quotas (admit, Manager.AdmitTemplateLayer);
+// layers against tenants' quotas (admit, Manager.admitTemplateLayer);
 // the Manager creates sandboxes from templates. New calls the factory
 // once, before it returns, so the cycle is closed at construction and no
 // setter exists.
@@ -79,7 +79,7 @@ func (r *StepRunner) StepScratch(ctx context.Context) (string, func(), error) {
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return "", nil, fmt.Errorf("build step: %w", err)
 	}
-	lim := diskquota.Limits{Bytes: def.DiskBytes, Inodes: defaultInodes(def, def.DiskBytes)}
+	lim := diskquota.Limits{Bytes: def.DiskBytes, Inodes: DefaultInodes(def, def.DiskBytes)}
 	if err := m.cfg.DiskQuota.Apply(ctx, dir, id, lim); err != nil {
 		_ = os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("build step: disk quota: %w", err)

@@ -58,10 +58,10 @@ func (m *Manager) admitLayer(ctx context.Context, owner, layer string) (func(), 
 	return q.AdmitLayer(ctx, tenant.Owner(owner), layer)
 }
 
-// AdmitTemplateLayer is the template manager's admission hook
+// admitTemplateLayer is the template manager's admission hook
 // (templates.Config.Admit): a layer a template takes is admitted against
 // the disk quota of the template's tenant (its stored name's qualifier).
-func (m *Manager) AdmitTemplateLayer(ctx context.Context, name, layer string) (release func(), err error) {
+func (m *Manager) admitTemplateLayer(ctx context.Context, name, layer string) (release func(), err error) {
 	owner, _ := tenant.Split(name)
 	return m.admitLayer(ctx, owner, layer)
 }

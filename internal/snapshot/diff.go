@@ -96,11 +96,11 @@ func (m *Snapshots) checkpointState(ctx context.Context, ref string) (fsState, e
 }
 
 func (m *Snapshots) templateState(ctx context.Context, name string) (fsState, error) {
-	full, dirs, err := m.sbx.TemplateDirs(ctx, name)
+	t, err := m.sbx.ResolveTemplate(ctx, name)
 	if err != nil {
 		return fsState{}, err
 	}
-	return fsState{ref: "template:" + full, dirs: dirs, release: func() {}}, nil
+	return fsState{ref: "template:" + t.Name, dirs: t.Layers, release: func() {}}, nil
 }
 
 // view computes the merged view of a resolved state.

@@ -312,7 +312,7 @@ func TestInprocRecover(t *testing.T) {
 	a := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"n": "a"}})
 	b := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"n": "b"}})
 	hib := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent})
-	if _, err := h.M.HibernateSandbox(ctx, hib.ID); err != nil {
+	if _, err := h.M.SetState(ctx, hib.ID, api.StateHibernated); err != nil {
 		t.Fatal(err)
 	}
 	ck, err := sn.CreateCheckpoint(ctx, a.ID, api.CreateCheckpointRequest{Name: "before-restart"})
@@ -352,7 +352,7 @@ func TestInprocRecover(t *testing.T) {
 	if q, err := m2.Quarantine(ctx); err != nil || len(q) != 0 {
 		t.Fatalf("Quarantine = %+v, %v", q, err)
 	}
-	if _, err := m2.ResumeSandbox(ctx, hib.ID); err != nil {
+	if _, err := m2.SetState(ctx, hib.ID, api.StateRunning); err != nil {
 		t.Fatalf("waking the hibernated sandbox after recover: %v", err)
 	}
 }
@@ -369,7 +369,7 @@ func TestInprocNamed(t *testing.T) {
 	if err != nil || created || again.ID != first.ID {
 		t.Fatalf("again = %+v, %v, %v", again, created, err)
 	}
-	if _, err := h.M.HibernateSandbox(ctx, first.ID); err != nil {
+	if _, err := h.M.SetState(ctx, first.ID, api.StateHibernated); err != nil {
 		t.Fatal(err)
 	}
 	woke, created, err := h.M.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "dev"})
@@ -390,17 +390,17 @@ func TestInprocLifecycle(t *testing.T) {
 	if _, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := h.M.PauseSandbox(ctx, sb.ID); err != nil || got.State != api.StatePaused {
+	if got, err := h.M.SetState(ctx, sb.ID, api.StatePaused); err != nil || got.State != api.StatePaused {
 		t.Fatalf("Pause = %+v, %v", got, err)
 	}
 	st, err := h.M.SandboxStats(ctx, sb.ID)
 	if err != nil || st.Pids < 2 {
 		t.Fatalf("SandboxStats = %+v, %v", st, err)
 	}
-	if got, err := h.M.ResumeSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
+	if got, err := h.M.SetState(ctx, sb.ID, api.StateRunning); err != nil || got.State != api.StateRunning {
 		t.Fatalf("Resume = %+v, %v", got, err)
 	}
-	if got, err := h.M.HibernateSandbox(ctx, sb.ID); err != nil || got.State != api.StateHibernated {
+	if got, err := h.M.SetState(ctx, sb.ID, api.StateHibernated); err != nil || got.State != api.StateHibernated {
 		t.Fatalf("Hibernate = %+v, %v", got, err)
 	}
 	if p := inproc.Processes(sb.ID); len(p) != 0 {
