@@ -257,7 +257,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	tenants := connectTenants(reg, mgr, pipe)
+	tenants := connectTenants(reg, mgr, layerGC, pipe)
 	// Everything a run needs is wired from here on: sandboxes, runs and
 	// schedules may start.
 	if err := mgr.Recover(ctx); err != nil {

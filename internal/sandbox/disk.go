@@ -59,9 +59,9 @@ type diskMounter interface {
 }
 
 var (
-	_ DiskQuota    = (*diskquota.Project)(nil)
-	_ DiskQuota    = (*diskquota.Loop)(nil)
-	_ diskMounter  = (*diskquota.Loop)(nil)
+	_ DiskQuota   = (*diskquota.Project)(nil)
+	_ DiskQuota   = (*diskquota.Loop)(nil)
+	_ diskMounter = (*diskquota.Loop)(nil)
 )
 
 // hasDisk reports whether rec's sandbox asks for a disk quota.

@@ -51,7 +51,7 @@ func TestInprocTenants(t *testing.T) {
 	if n, _ := h.M.Holdings("acme"); n != 1 {
 		t.Fatalf("Holdings(acme) = %d sandboxes", n)
 	}
-	if _, err := h.M.LayerBytes(ctx, "acme", nil); err != nil {
+	if _, err := sandbox.LayerBytes(ctx, h.M, "acme", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.M.PurgeTenant(ctx, "acme"); !errdefs.IsConflict(err) {
