@@ -278,7 +278,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(layerGC, log)
-	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, gc}
+	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, gc, st}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -386,6 +386,9 @@ type service struct {
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes
+	// records is the metadata store, whose quarantine of corrupt records
+	// the admin API lists (admin.go).
+	records store.Quarantiner
 }
 
 var (

@@ -25,3 +25,13 @@ func (s service) ResumeSandbox(ctx context.Context, id string) (api.Sandbox, err
 func (s service) HibernateSandbox(ctx context.Context, id string) (api.Sandbox, error) {
 	return s.Manager.SetState(ctx, id, api.StateHibernated)
 }
+
+// SandboxTransitions implements httpapi.LifecycleService
+// (sandbox.Handle.Transitions).
+func (s service) SandboxTransitions(ctx context.Context, id string) ([]api.Transition, error) {
+	h, err := s.Manager.Handle(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return h.Transitions(), nil
+}

@@ -20,18 +20,16 @@ import (
 // a host path below the data dir, for root to read with lstat and
 // O_NOFOLLOW (internal/layers), never to follow a link in.
 
-// ReadFS returns the host directories of sandbox id's filesystem, top-most
-// first (its writable upper directory, then its layers), with its
-// operation lock held shared: no restore, checkpoint or delete changes
-// them until release is called (its processes keep running, so a file
-// being written shows in either state). It does not wake a sleeping
+// ReadFS returns the host directories of the sandbox's filesystem,
+// top-most first (its writable upper directory, then its layers), with
+// its operation lock held shared: no restore, checkpoint or delete
+// changes them until release is called (its processes keep running, so a
+// file being written shows in either state). It does not wake a sleeping
 // sandbox and does not count as a call. The caller must call release,
-// once. Another tenant's or an unknown sandbox is ErrNotFound.
-func (m *Manager) ReadFS(ctx context.Context, id string) (dirs []string, release func(), err error) {
-	b, err := m.get(ctx, id)
-	if err != nil {
-		return nil, nil, err
-	}
+// once. A deleted sandbox is ErrNotFound. It must not be called with the
+// sandbox's lock held (inside a hook).
+func (h *Handle) ReadFS() (dirs []string, release func(), err error) {
+	b, id := h.b, h.ID()
 	b.life.RLock()
 	b.mu.Lock()
 	deleted, upper, lowers := b.deleted, b.rec.UpperDir, slices.Clone(b.rec.Layers)

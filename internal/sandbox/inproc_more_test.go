@@ -140,7 +140,11 @@ func TestInprocRunnersAndStats(t *testing.T) {
 	if _, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := h.M.SandboxStats(ctx, sb.ID)
+	hd, err := h.M.Handle(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := hd.Stats(ctx)
 	if err != nil || st.Pids < 2 { // the guest, and the shell or sleep
 		t.Fatalf("SandboxStats = %+v, %v", st, err)
 	}

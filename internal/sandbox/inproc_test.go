@@ -188,7 +188,11 @@ func TestInprocProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := h.M.WatchProcess(ctx, sb.ID, sleeper.Pid)
+	hd, err := h.M.Handle(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := hd.Watch(ctx, sleeper.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -426,15 +426,12 @@ func (m *Manager) SetState(ctx context.Context, id, to string) (api.Sandbox, err
 	return b.view(), nil
 }
 
-// SandboxTransitions returns sandbox id's newest transitions, oldest first.
-func (m *Manager) SandboxTransitions(ctx context.Context, id string) ([]api.Transition, error) {
-	b, err := m.get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]api.Transition{}, b.rec.Transitions...), nil
+// Transitions returns the sandbox's newest state transitions, oldest
+// first (a copy).
+func (h *Handle) Transitions() []api.Transition {
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	return append([]api.Transition{}, h.b.rec.Transitions...)
 }
 
 // pauseLocked freezes b (b.life held exclusively).

@@ -228,7 +228,7 @@ func state(t *testing.T, m *Manager, id string) string {
 
 func causes(t *testing.T, m *Manager, id string) []string {
 	t.Helper()
-	ts, err := m.SandboxTransitions(context.Background(), id)
+	ts, err := transitions(context.Background(), m, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,4 +507,14 @@ func equal(a, b []string) bool {
 // setter is m.SetState to state to as a function of the sandbox id.
 func setter(m *Manager, to string) func(context.Context, string) (api.Sandbox, error) {
 	return func(ctx context.Context, id string) (api.Sandbox, error) { return m.SetState(ctx, id, to) }
+}
+
+// transitions is sandbox id's Handle.Transitions as the caller of ctx
+// sees it.
+func transitions(ctx context.Context, m *Manager, id string) ([]api.Transition, error) {
+	h, err := m.Handle(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return h.Transitions(), nil
 }

@@ -72,7 +72,11 @@ func (m *Snapshots) resolveState(ctx context.Context, ref string) (fsState, erro
 }
 
 func (m *Snapshots) sandboxState(ctx context.Context, id string) (fsState, error) {
-	dirs, release, err := m.sbx.ReadFS(ctx, id)
+	h, err := m.sbx.Handle(ctx, id)
+	if err != nil {
+		return fsState{}, err
+	}
+	dirs, release, err := h.ReadFS()
 	if err != nil {
 		return fsState{}, err
 	}

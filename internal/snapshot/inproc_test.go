@@ -349,7 +349,7 @@ func TestInprocRecover(t *testing.T) {
 	if _, err := sn.GetCheckpoint(ctx, ck.ID); err != nil {
 		t.Fatalf("checkpoint after recover: %v", err)
 	}
-	if q, err := m2.Quarantine(ctx); err != nil || len(q) != 0 {
+	if q, err := h.Store.ListQuarantine(ctx); err != nil || len(q) != 0 {
 		t.Fatalf("Quarantine = %+v, %v", q, err)
 	}
 	if _, err := m2.SetState(ctx, hib.ID, api.StateRunning); err != nil {
@@ -393,7 +393,11 @@ func TestInprocLifecycle(t *testing.T) {
 	if got, err := h.M.SetState(ctx, sb.ID, api.StatePaused); err != nil || got.State != api.StatePaused {
 		t.Fatalf("Pause = %+v, %v", got, err)
 	}
-	st, err := h.M.SandboxStats(ctx, sb.ID)
+	hd, err := h.M.Handle(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := hd.Stats(ctx)
 	if err != nil || st.Pids < 2 {
 		t.Fatalf("SandboxStats = %+v, %v", st, err)
 	}
@@ -413,9 +417,9 @@ func TestInprocLifecycle(t *testing.T) {
 	if got, _ := h.M.GetSandbox(ctx, sb.ID); got.State != api.StateRunning {
 		t.Fatalf("after the waking exec: %s", got.State)
 	}
-	tr, err := h.M.SandboxTransitions(ctx, sb.ID)
-	if err != nil || len(tr) < 5 {
-		t.Fatalf("transitions = %+v, %v", tr, err)
+	tr := hd.Transitions()
+	if len(tr) < 5 {
+		t.Fatalf("transitions = %+v", tr)
 	}
 	if err := h.M.DestroyAll(ctx); err != nil {
 		t.Fatal(err)

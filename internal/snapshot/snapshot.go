@@ -10,7 +10,7 @@
 // purged tenant's checkpoints; RescueHook: a failed upgrade falls back to
 // the latest checkpoint) and reaches sandboxes through the core's API for
 // it (internal/sandbox/core_snapshot.go: LockRunning, Handle.Frozen,
-// Handle.Reset, CreateFork, ReadFS, ResolveTemplate). The core never imports
+// Handle.Reset, CreateFork, Handle.ReadFS, ResolveTemplate). The core never imports
 // it. See docs/EXTENSIONS.md.
 package snapshot
 
@@ -43,7 +43,6 @@ type Sandboxes interface {
 	// The core's API for this feature (core_snapshot.go).
 	LockRunning(ctx context.Context, id string) (*sandbox.Handle, func(), error)
 	CreateFork(ctx context.Context, spec sandbox.ForkSpec) (api.Sandbox, error)
-	ReadFS(ctx context.Context, id string) (dirs []string, release func(), err error)
 	// ResolveTemplate resolves a template as a create would (the
 	// caller's own templates first, then the catalogue).
 	ResolveTemplate(ctx context.Context, name string) (templates.Template, error)
