@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := runner.CheckStatic(guestBin); err != nil {
 		return nil, fmt.Errorf("guest binary %s: %w", guestBin, err)
 	}
-	runnerDir, err := sandbox.PrepareRunner(filepath.Join(cfg.DataDir, "runner"), guestBin)
+	runnerDir, err := runner.Install(filepath.Join(cfg.DataDir, "runner"), guestBin)
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ type Config struct {
 	// short (unix socket paths are limited to 108 bytes) and root-only.
 	RunDir string
 	// RunnerDir holds the guest binary ("agentbox") mounted read-only into
-	// every sandbox at /.agentbox; see PrepareRunner.
+	// every sandbox at /.agentbox; see runner.Install.
 	RunnerDir string
 	// IDs is the canonical host uid/gid range: layers, upper and work dirs
 	// are owned by it on disk, and, without IDRanges, every sandbox's ids

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/runner"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -91,7 +92,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	if err := os.WriteFile(bin, []byte("#!/bin/false\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	runner, err := sandbox.PrepareRunner(filepath.Join(dir, "runners"), bin)
+	runnerDir, err := runner.Install(filepath.Join(dir, "runners"), bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	t.Cleanup(func() { os.RemoveAll(runDir) })
 	cfg := sandbox.Config{
-		DataDir: filepath.Join(dir, "data"), RunDir: runDir, RunnerDir: runner,
+		DataDir: filepath.Join(dir, "data"), RunDir: runDir, RunnerDir: runnerDir,
 		IDs: ids, DefaultTemplate: "base", Layers: ls, Version: "v-test",
 		Logger: slog.New(slog.DiscardHandler),
 	}
