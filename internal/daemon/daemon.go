@@ -231,14 +231,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// feature forgot it. The warm pools' sandboxes get every other
 		// extension's hooks when they are made.
 		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, pools},
-		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (_ sandbox.Templates, err error) {
+		NewTemplates: func(runner *sandbox.StepRunner) (_ sandbox.Templates, err error) {
 			// Kept for the template service, built above the core below.
 			tmpl, err = templates.New(templates.Config{
 				DataDir: filepath.Join(cfg.DataDir, "templates"),
 				Layers:  ls,
 				IDs:     ids,
 				Runner:  runner,
-				Admit:   admit,
+				Admit:   reg.AdmitTemplateLayer,
 				Logger:  log,
 			})
 			if err != nil {

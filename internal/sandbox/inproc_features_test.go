@@ -112,9 +112,9 @@ func TestInprocTemplateBuildStep(t *testing.T) {
 	cfg := h.Config
 	cfg.DataDir = filepath.Join(t.TempDir(), "data2")
 	var tm *templates.Manager
-	cfg.NewTemplates = func(r *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (sandbox.Templates, error) {
+	cfg.NewTemplates = func(r *sandbox.StepRunner) (sandbox.Templates, error) {
 		var err error
-		tm, err = templates.New(templates.Config{DataDir: filepath.Join(t.TempDir(), "templates"), Layers: h.Layers, Runner: r, Admit: admit, Logger: slog.New(slog.DiscardHandler)})
+		tm, err = templates.New(templates.Config{DataDir: filepath.Join(t.TempDir(), "templates"), Layers: h.Layers, Runner: r, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/tenant"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
@@ -152,4 +153,15 @@ func (m *Manager) layerBytes(ctx context.Context, owner string, extra []string) 
 // LayerBytes is layerBytes.
 func LayerBytes(ctx context.Context, m *Manager, owner string, extra []string) (int64, error) {
 	return m.layerBytes(ctx, owner, extra)
+}
+
+// admitTemplateLayer admits a layer template name takes against the disk
+// quota of the template's tenant, as the tenant registry's
+// AdmitTemplateLayer does for the daemon's template store.
+func (m *Manager) admitTemplateLayer(ctx context.Context, name, layer string) (func(), error) {
+	if m.cfg.Quotas == nil {
+		return func() {}, nil
+	}
+	owner, _ := tenant.Split(name)
+	return m.cfg.Quotas.AdmitLayer(ctx, tenant.Owner(owner), layer)
 }

@@ -186,7 +186,7 @@ func New(cfg Config, backends *runtime.Registry, tmpl Templates, st store.Store)
 		sandboxes: make(map[string]*box),
 	}
 	if tmpl == nil && cfg.NewTemplates != nil {
-		t, err := cfg.NewTemplates(m.stepRunner(), m.admitTemplateLayer)
+		t, err := cfg.NewTemplates(m.stepRunner())
 		if err != nil {
 			return nil, err
 		}

@@ -45,24 +45,6 @@ func (m *Manager) admitSandboxes(ctx context.Context, owner string, n int, disk 
 	return q.AdmitSandboxes(ctx, tenant.Owner(owner), n, disk)
 }
 
-// admitLayer admits layer, written for owner, against owner's disk quota
-// (Quotas.AdmitLayer).
-func (m *Manager) admitLayer(ctx context.Context, owner, layer string) (func(), error) {
-	q := m.quotaAdmission()
-	if q == nil {
-		return func() {}, nil
-	}
-	return q.AdmitLayer(ctx, tenant.Owner(owner), layer)
-}
-
-// admitTemplateLayer is the template manager's admission hook
-// (templates.Config.Admit): a layer a template takes is admitted against
-// the disk quota of the template's tenant (its stored name's qualifier).
-func (m *Manager) admitTemplateLayer(ctx context.Context, name, layer string) (release func(), err error) {
-	owner, _ := tenant.Split(name)
-	return m.admitLayer(ctx, owner, layer)
-}
-
 func (m *Manager) admitRun(ctx context.Context, owner string) error {
 	q := m.quotaAdmission()
 	if q == nil {
