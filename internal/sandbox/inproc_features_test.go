@@ -76,7 +76,7 @@ func TestInprocCheckpointCoreAPI(t *testing.T) {
 	if err := hd.Update(ctx, func(sb *api.Sandbox) { sb.Labels = map[string]string{"k": "v"} }); err != nil {
 		t.Fatal(err)
 	}
-	if sandbox.LayerOwner(fork) == sandbox.LayerOwner(sb.ID) || sandbox.NewID() == sandbox.NewID() {
+	if id1, id2 := sandbox.NewID(), sandbox.NewID(); sandbox.LayerOwner(fork) == sandbox.LayerOwner(sb.ID) || id1 == id2 {
 		t.Fatal("LayerOwner or NewID names two things alike")
 	}
 
