@@ -128,7 +128,7 @@ func TestInprocTemplateBuildStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = m.DestroyAll(context.Background()); m.Close() })
+	t.Cleanup(func() { _ = sandboxtest.DestroyAll(context.Background(), m); m.Close() })
 	ts := templatesvc.New(templatesvc.Config{Templates: tm, Layers: h.Layers, Sandboxes: m})
 	var logs []string
 	tmpl, err := ts.BuildTemplate(ctx, api.BuildTemplateRequest{Spec: &api.TemplateSpec{

@@ -22,7 +22,6 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -377,22 +376,4 @@ func (m *Manager) Close() error {
 		b.mu.Unlock()
 	}
 	return nil
-}
-
-// DestroyAll deletes every sandbox. The embedded daemon of `agentbox run`
-// uses it on exit; a long-running daemon never does.
-func (m *Manager) DestroyAll(ctx context.Context) error {
-	m.mu.Lock()
-	ids := make([]string, 0, len(m.sandboxes))
-	for id := range m.sandboxes {
-		ids = append(ids, id)
-	}
-	m.mu.Unlock()
-	var errs []error
-	for _, id := range ids {
-		if err := m.DeleteSandbox(ctx, id); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -421,7 +421,7 @@ func TestInprocLifecycle(t *testing.T) {
 	if len(tr) < 5 {
 		t.Fatalf("transitions = %+v", tr)
 	}
-	if err := h.M.DestroyAll(ctx); err != nil {
+	if err := sandboxtest.DestroyAll(ctx, h.M); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 0 {

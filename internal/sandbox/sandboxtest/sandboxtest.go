@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runner"
@@ -129,7 +130,7 @@ func (e *Env) Manager() *sandbox.Manager {
 		e.T.Fatal(err)
 	}
 	e.T.Cleanup(func() {
-		_ = m.DestroyAll(context.Background())
+		_ = DestroyAll(context.Background(), m)
 		m.Close()
 	})
 	return m
@@ -244,4 +245,21 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// DestroyAll deletes every sandbox the caller of ctx sees (every one for
+// the admin) and reports the deletes that failed; one deleted meanwhile
+// is no error.
+func DestroyAll(ctx context.Context, m *sandbox.Manager) error {
+	l, err := m.ListSandboxes(ctx, nil)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, sb := range l {
+		if err := m.DeleteSandbox(ctx, sb.ID); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
