@@ -20,6 +20,17 @@ type Checkpoint struct {
 	// DurationMS is how long the sandbox was frozen while its state was
 	// captured (set in the create response only).
 	DurationMS int64 `json:"duration_ms,omitempty"`
+	// Implicit says why the daemon took the checkpoint on its own (exec,
+	// fork or merge: its agentbox.implicit label); empty for one a user
+	// asked for. Implicit checkpoints are pruned by the daemon's
+	// retention (implicit_checkpoints_keep per sandbox,
+	// implicit_checkpoints_max_age_seconds), except while a live sandbox
+	// runs on one or was forked from it.
+	Implicit string `json:"implicit,omitempty"`
+	// ExpiresAt is when an implicit checkpoint is pruned for its age, at
+	// the latest (sooner when newer ones push it past the count); absent
+	// without an age limit and for checkpoints users asked for.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // CheckpointList is the body of GET /v1/sandboxes/{id}/checkpoints.

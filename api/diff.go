@@ -48,6 +48,17 @@ type Diff struct {
 	Deleted  int          `json:"deleted"`
 }
 
+// DiffOptions are the options of GET /v1/diff (query parameters unified
+// and include_identity).
+type DiffOptions struct {
+	// Unified adds a unified diff of each small text file.
+	Unified bool
+	// IncludeIdentity keeps the identity files every fork and pooled
+	// sandbox gets fresh (/etc/machine-id, /var/lib/systemd/random-seed;
+	// internal/identity) in the diff; they are left out by default.
+	IncludeIdentity bool
+}
+
 // TreeHash is the body of GET /v1/sandboxes/{id}/treehash: the content hash
 // of the sandbox's whole filesystem as seen from inside (paths, types,
 // modes, owners, contents, symlink targets; not times), comparable with a
@@ -71,6 +82,10 @@ type MergeRequest struct {
 	Strategy    string            `json:"strategy,omitempty"`    // fail (default), ours, theirs
 	Resolutions map[string]string `json:"resolutions,omitempty"` // path -> ours|theirs, overrides Strategy
 	DryRun      bool              `json:"dry_run,omitempty"`     // report, apply nothing
+	// IncludeIdentity merges the identity files every fork gets fresh
+	// (/etc/machine-id, /var/lib/systemd/random-seed) like any other
+	// path; by default they are left out, so each sandbox keeps its own.
+	IncludeIdentity bool `json:"include_identity,omitempty"`
 }
 
 // MergeConflict is a path both sides changed differently since the base.

@@ -58,6 +58,10 @@ const (
 	CauseRecover   = "recover"    // daemon start-up
 	CauseGuestExit = "guest_exit" // the guest exited on its own
 	CauseError     = "error"      // an operation failed (Detail says why)
+	// Operations that keep the state (From == To) are recorded too.
+	CauseCheckpoint = "checkpoint" // the files were captured (Detail: the checkpoint id)
+	CauseRestore    = "restore"    // the files were put back (Detail: the checkpoint id)
+	CauseUpgrade    = "upgrade"    // the guest moved to another runner (Detail: the versions)
 )
 
 // Transition is one change of a sandbox's state.

@@ -148,9 +148,12 @@ type ExecRequest struct {
 	// it does not cover.
 	Private bool `json:"private,omitempty"`
 	// CheckpointBefore takes a checkpoint of the sandbox before the command
-	// starts; RollbackOnFailure (which implies it) restores that checkpoint
-	// when the command exits non-zero, is killed or times out, before the
-	// exit event is sent. Not with background.
+	// starts; RollbackOnFailure (which implies it) puts the sandbox's files
+	// back to that checkpoint when the command exits non-zero, is killed or
+	// times out, before the exit event is sent. The rollback reverts files
+	// through the running guest: other processes (a server started
+	// earlier) keep running; see internal/snapshot/txn.go for what it
+	// covers. Not with background.
 	CheckpointBefore  bool `json:"checkpoint_before,omitempty"`
 	RollbackOnFailure bool `json:"rollback_on_failure,omitempty"`
 }

@@ -64,7 +64,15 @@ func checkpointCmd() *cobra.Command {
 		Use:     "ls [SANDBOX]",
 		Aliases: []string{"list"},
 		Short:   "List the checkpoints of a sandbox, or all",
-		Args:    cobra.MaximumNArgs(1),
+		Long: `List the checkpoints of a sandbox, or all, oldest first.
+
+IMPLICIT says why the daemon took a checkpoint on its own (exec for
+exec --checkpoint/--rollback-on-failure, fork, merge); "-" for one you asked
+for. Implicit checkpoints are pruned: per sandbox only the newest are kept
+(serve --implicit-checkpoints-keep) and none past an age
+(--implicit-checkpoints-max-age-seconds, shown in EXPIRES), except while a
+sandbox runs on one or was forked from it. Yours are never pruned.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: listing[agentbox.Checkpoint]{
 			fetch: func(ctx context.Context, c *agentbox.Client, args []string) ([]agentbox.Checkpoint, error) {
 				if len(args) == 1 {
@@ -72,10 +80,17 @@ func checkpointCmd() *cobra.Command {
 				}
 				return c.Checkpoints(ctx)
 			},
-			header: "ID\tNAME\tSANDBOX\tSIZE\tCREATED\tLABELS",
+			header: "ID\tNAME\tSANDBOX\tSIZE\tCREATED\tIMPLICIT\tEXPIRES\tLABELS",
 			row: func(ck agentbox.Checkpoint) string {
-				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s ago\t%s", ck.ID, ck.Name, ck.SandboxID, humanBytes(ck.SizeBytes),
-					humanDuration(time.Since(ck.CreatedAt)), formatKV(ck.Labels))
+				implicit, expires := "-", "-"
+				if ck.Implicit != "" {
+					implicit = ck.Implicit
+				}
+				if ck.ExpiresAt != nil {
+					expires = "in " + humanDuration(max(time.Until(*ck.ExpiresAt), 0))
+				}
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s ago\t%s\t%s\t%s", ck.ID, ck.Name, ck.SandboxID, humanBytes(ck.SizeBytes),
+					humanDuration(time.Since(ck.CreatedAt)), implicit, expires, formatKV(ck.Labels))
 			},
 		}.run,
 	}

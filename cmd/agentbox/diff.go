@@ -19,13 +19,15 @@ func init() {
 }
 
 func diffCmd() *cobra.Command {
-	var unified, stat bool
+	var unified, stat, withIdentity bool
 	cmd := &cobra.Command{
-		Use:   "diff [--unified] FROM TO",
+		Use:   "diff [--unified] [--include-identity] FROM TO",
 		Short: "Show the changes between two sandboxes, checkpoints or templates",
 		Long: `Show the paths added, modified and deleted between two filesystem states.
 FROM and TO are sandbox ids, checkpoint ids or template names, or prefixed refs:
-sandbox:<id>, checkpoint:<id|name>, template:<name>[@<version>].`,
+sandbox:<id>, checkpoint:<id|name>, template:<name>[@<version>].
+The identity files each fork gets fresh (/etc/machine-id,
+/var/lib/systemd/random-seed) are left out unless --include-identity.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g := rootGlobals(cmd)
@@ -33,7 +35,7 @@ sandbox:<id>, checkpoint:<id|name>, template:<name>[@<version>].`,
 			if err != nil {
 				return err
 			}
-			d, err := c.Diff(cmd.Context(), args[0], args[1], unified)
+			d, err := c.DiffWith(cmd.Context(), args[0], args[1], agentbox.DiffOptions{Unified: unified, IncludeIdentity: withIdentity})
 			if err != nil {
 				return err
 			}
@@ -46,6 +48,7 @@ sandbox:<id>, checkpoint:<id|name>, template:<name>[@<version>].`,
 	}
 	cmd.Flags().BoolVarP(&unified, "unified", "u", false, "show unified diffs of small text files")
 	cmd.Flags().BoolVar(&stat, "stat", false, "print only the summary")
+	cmd.Flags().BoolVar(&withIdentity, "include-identity", false, "also compare /etc/machine-id and /var/lib/systemd/random-seed")
 	return cmd
 }
 
@@ -78,15 +81,17 @@ func printDiff(w io.Writer, d agentbox.Diff, unified, stat bool) {
 func mergeCmd() *cobra.Command {
 	var strategy string
 	var resolutions []string
-	var dryRun bool
+	var dryRun, withIdentity bool
 	cmd := &cobra.Command{
 		Use:   "merge [--strategy fail|ours|theirs] [--resolve PATH=ours|theirs]... FROM INTO",
 		Short: "Merge the changes of sandbox FROM into sandbox INTO (three-way, against their fork point)",
 		Long: `Apply the changes FROM made since its fork point with INTO (one was forked from
 the other, or both from one checkpoint). Paths both changed differently are
 conflicts: unless --strategy or --resolve chooses a side for each, nothing is
-applied and the conflicts are listed (exit status 1). INTO is checkpointed
-first; a failed merge restores it.`,
+applied, the conflicts are listed and merge exits with status 1 (125 for
+any other failure). INTO is checkpointed first; a failed merge restores it.
+The identity files each fork gets fresh (/etc/machine-id,
+/var/lib/systemd/random-seed) take no part unless --include-identity.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g := rootGlobals(cmd)
@@ -98,7 +103,7 @@ first; a failed merge restores it.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.Sandbox(args[1]).Merge(cmd.Context(), args[0], agentbox.MergeOptions{Strategy: strategy, Resolutions: res, DryRun: dryRun})
+			r, err := c.Sandbox(args[1]).Merge(cmd.Context(), args[0], agentbox.MergeOptions{Strategy: strategy, Resolutions: res, DryRun: dryRun, IncludeIdentity: withIdentity})
 			var mce *agentbox.MergeConflictError
 			if errors.As(err, &mce) {
 				if g.json {
@@ -106,7 +111,8 @@ first; a failed merge restores it.`,
 				} else {
 					printConflicts(cmd.OutOrStdout(), mce.Conflicts)
 				}
-				return fmt.Errorf("%d conflicting paths; nothing was applied (use --strategy ours|theirs or --resolve PATH=ours|theirs)", len(mce.Conflicts))
+				fmt.Fprintf(cmd.ErrOrStderr(), "agentbox: %d conflicting paths; nothing was applied (use --strategy ours|theirs or --resolve PATH=ours|theirs)\n", len(mce.Conflicts))
+				return exitStatus(exitMergeConflict)
 			}
 			if err != nil {
 				return err
@@ -136,8 +142,13 @@ first; a failed merge restores it.`,
 	cmd.Flags().StringVar(&strategy, "strategy", "fail", "conflicts: fail, ours (keep INTO's) or theirs (take FROM's)")
 	cmd.Flags().StringArrayVar(&resolutions, "resolve", nil, "PATH=ours|theirs for one conflicting path (repeatable)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "report what would be applied and the conflicts; change nothing")
+	cmd.Flags().BoolVar(&withIdentity, "include-identity", false, "also merge /etc/machine-id and /var/lib/systemd/random-seed (each fork's own by default)")
 	return cmd
 }
+
+// exitMergeConflict is merge's exit status when conflicts were left
+// unresolved (nothing applied), as its help says.
+const exitMergeConflict = 1
 
 func printConflicts(w io.Writer, cs []api.MergeConflict) {
 	side := func(m *api.FileMeta) string {

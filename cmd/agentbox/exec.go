@@ -32,7 +32,7 @@ type execFlags struct {
 	token       bool
 	private     bool
 	checkpoint  bool // checkpoint before the command
-	rollback    bool // and restore it when the command fails
+	rollback    bool // and put the files back to it when the command fails
 }
 
 func (f *execFlags) request(argv []string) (api.ExecRequest, error) {
@@ -105,7 +105,7 @@ func execCmd(g *globals) *cobra.Command {
 	f.BoolVar(&ef.token, "token", false, "give the command a bridge token in $"+api.RunTokenEnv+", revoked when it ends")
 	f.BoolVar(&ef.private, "private", false, "hide the command's environment and memory from the sandbox's other processes (implied by --secret and --token)")
 	f.BoolVar(&ef.checkpoint, "checkpoint", false, "checkpoint the sandbox before the command runs")
-	f.BoolVar(&ef.rollback, "rollback-on-failure", false, "checkpoint first and restore that checkpoint if the command fails or times out")
+	f.BoolVar(&ef.rollback, "rollback-on-failure", false, "checkpoint first and put the files back to it if the command fails or times out (through the guest: other processes keep running)")
 	f.SetInterspersed(false) // flags after ID belong to CMD
 	return cmd
 }

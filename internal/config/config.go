@@ -42,6 +42,10 @@ const (
 	// EnvStorageDriver and EnvMaxLayerDepth: see Config.
 	EnvStorageDriver = "AGENTBOX_STORAGE_DRIVER"
 	EnvMaxLayerDepth = "AGENTBOX_MAX_LAYER_DEPTH"
+	// EnvImplicitCheckpointsKeep and EnvImplicitCheckpointsMaxAge: see
+	// Config.ImplicitCheckpointsKeep.
+	EnvImplicitCheckpointsKeep   = "AGENTBOX_IMPLICIT_CHECKPOINTS_KEEP"
+	EnvImplicitCheckpointsMaxAge = "AGENTBOX_IMPLICIT_CHECKPOINTS_MAX_AGE_SECONDS"
 	// EnvCgroupParent: see Config.CgroupParent.
 	EnvCgroupParent = "AGENTBOX_CGROUP_PARENT"
 	// EnvPrespawn: see Config.Prespawn.
@@ -67,6 +71,11 @@ const (
 	// creates find one fully warm.
 	DefaultPrespawn = 2
 	maxPrespawn     = 64
+	// Implicit checkpoints (exec --checkpoint, fork, merge) are kept at
+	// most ten per sandbox and a day by default.
+	DefaultImplicitCheckpointsKeep          = 10
+	DefaultImplicitCheckpointsMaxAgeSeconds = 24 * 60 * 60
+	maxImplicitCheckpointAge                = 10 * 365 * 24 * 60 * 60
 )
 
 // Resources are the default limits of a sandbox that asks for none.
@@ -191,6 +200,15 @@ type Config struct {
 	// MaxLayerDepth bounds layer chains: a checkpoint or template whose
 	// chain is deeper is squashed. 0 means 32; overlayfs allows 500.
 	MaxLayerDepth int `json:"max_layer_depth,omitempty"`
+	// ImplicitCheckpointsKeep is how many of the checkpoints the daemon
+	// takes on its own (exec --checkpoint, fork, merge: label
+	// agentbox.implicit) are kept per sandbox, newest first; older ones
+	// are pruned. ImplicitCheckpointsMaxAgeSeconds prunes them once they
+	// are that old. 0 means no limit. A checkpoint a live sandbox runs on
+	// or was forked from is never pruned; checkpoints users ask for are
+	// never pruned.
+	ImplicitCheckpointsKeep          int `json:"implicit_checkpoints_keep"`
+	ImplicitCheckpointsMaxAgeSeconds int `json:"implicit_checkpoints_max_age_seconds"`
 	// CgroupParent is the cgroup (relative to the hierarchy roots) under
 	// which this daemon makes its sandboxes' and prespawned guests'
 	// cgroups. The daemon owns it alone: it holds a host-wide lock on it
@@ -234,9 +252,12 @@ func Default() *Config {
 		},
 		SecretsKeyFile: DefaultSecretsKey,
 		Prespawn:       DefaultPrespawn,
-		TCPEdge:        TCPEdge{TCPRequestRate: DefaultTCPRequestRate, TCPRequestBurst: DefaultTCPRequestBurst},
-		LogLevel:       "info",
-		LogFormat:      "text",
+
+		ImplicitCheckpointsKeep:          DefaultImplicitCheckpointsKeep,
+		ImplicitCheckpointsMaxAgeSeconds: DefaultImplicitCheckpointsMaxAgeSeconds,
+		TCPEdge:                          TCPEdge{TCPRequestRate: DefaultTCPRequestRate, TCPRequestBurst: DefaultTCPRequestBurst},
+		LogLevel:                         "info",
+		LogFormat:                        "text",
 	}
 	if start, size, ok := lookupSubIDFile("/etc/subuid", SubIDUser); ok {
 		c.UIDMapBase, c.UIDMapSize = start, size
@@ -351,6 +372,12 @@ func (c *Config) Validate() error {
 	case "", "auto", "copy", "reflink":
 	default:
 		bad("storage driver %q must be auto, copy or reflink", c.StorageDriver)
+	}
+	if c.ImplicitCheckpointsKeep < 0 {
+		bad("implicit_checkpoints_keep %d must not be negative (0: no limit)", c.ImplicitCheckpointsKeep)
+	}
+	if c.ImplicitCheckpointsMaxAgeSeconds < 0 || c.ImplicitCheckpointsMaxAgeSeconds > maxImplicitCheckpointAge {
+		bad("implicit_checkpoints_max_age_seconds %d must be between 0 (no limit) and %d", c.ImplicitCheckpointsMaxAgeSeconds, maxImplicitCheckpointAge)
 	}
 	if c.MaxLayerDepth < 0 || c.MaxLayerDepth > 500 {
 		bad("max layer depth %d must be between 1 and 500 (0: default)", c.MaxLayerDepth)

@@ -196,7 +196,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
-	snaps := snapshot.New(snapshot.Config{Layers: ls, Checkpoints: st, IDs: ids, Quotas: reg, Logger: log})
+	snaps := snapshot.New(snapshot.Config{Layers: ls, Checkpoints: st, IDs: ids, Quotas: reg, Logger: log,
+		Retention: snapshot.Retention{
+			Keep:   cfg.ImplicitCheckpointsKeep,
+			MaxAge: time.Duration(cfg.ImplicitCheckpointsMaxAgeSeconds) * time.Second,
+		}})
 	var tmpl *templates.Manager // built by the Manager (NewTemplates): the cycle of templates and sandboxes
 	// The warm pools fill only when SetPools starts them, after recovery.
 	pools := warmpool.New(warmpool.Config{DataDir: cfg.DataDir, Logger: log})
@@ -283,6 +287,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Logger:  log,
 		Version: version.Version,
 	})
+	// After Recover: every fork protects its base. Manager.Close stops it.
+	snaps.StartPruning(ctx)
 	undo.Release()
 	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, disks: dq, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
 }

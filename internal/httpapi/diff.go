@@ -14,9 +14,8 @@ import (
 // states; its routes exist only then. Refs are as in api.Diff (validated
 // for length and NUL bytes only).
 type DiffService interface {
-	// Diff compares two states; with unified, small text files get a
-	// unified diff.
-	Diff(ctx context.Context, from, to string, unified bool) (api.Diff, error)
+	// Diff compares two states (see api.DiffOptions).
+	Diff(ctx context.Context, from, to string, opts api.DiffOptions) (api.Diff, error)
 	// TreeHash hashes a sandbox's filesystem as seen from inside.
 	TreeHash(ctx context.Context, id string) (api.TreeHash, error)
 }
@@ -87,13 +86,18 @@ func diff(ds DiffService, w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	unified := false
-	if v := r.URL.Query().Get("unified"); v != "" {
-		if unified, err = strconv.ParseBool(v); err != nil {
-			return errorf("unified must be true or false")
+	var opts api.DiffOptions
+	for _, b := range []struct {
+		name string
+		p    *bool
+	}{{"unified", &opts.Unified}, {"include_identity", &opts.IncludeIdentity}} {
+		if v := r.URL.Query().Get(b.name); v != "" {
+			if *b.p, err = strconv.ParseBool(v); err != nil {
+				return errorf("%s must be true or false", b.name)
+			}
 		}
 	}
-	d, err := ds.Diff(r.Context(), from, to, unified)
+	d, err := ds.Diff(r.Context(), from, to, opts)
 	if err != nil {
 		return err
 	}

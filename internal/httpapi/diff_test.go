@@ -21,8 +21,8 @@ var (
 	_ TemplateSaveService = (*fakeService)(nil)
 )
 
-func (f *fakeService) Diff(ctx context.Context, from, to string, unified bool) (api.Diff, error) {
-	if err := f.call("Diff", from, to, unified); err != nil {
+func (f *fakeService) Diff(ctx context.Context, from, to string, opts api.DiffOptions) (api.Diff, error) {
+	if err := f.call("Diff", from, to, opts.Unified); err != nil {
 		return api.Diff{}, err
 	}
 	return api.Diff{From: from, To: to, Changes: []api.DiffChange{{Path: "/x", Change: api.ChangeAdded}}, Added: 1}, nil

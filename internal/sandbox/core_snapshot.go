@@ -25,15 +25,26 @@ import (
 // its operation lock held shared: no restore, checkpoint or delete
 // changes them until release is called (its processes keep running, so a
 // file being written shows in either state). It does not wake a sleeping
-// sandbox and does not count as a call. The caller must call release,
-// once. A deleted sandbox is ErrNotFound. It must not be called with the
-// sandbox's lock held (inside a hook).
-func (h *Handle) ReadFS() (dirs []string, release func(), err error) {
-	b, id := h.b, h.ID()
+// sandbox and does not count as a call; a hibernated sandbox's disk is
+// mounted for the read, with its lock held exclusively instead
+// (LockFiles). The caller must call release, once. A deleted sandbox is
+// ErrNotFound. It must not be called with the sandbox's lock held
+// (inside a hook).
+func (h *Handle) ReadFS(ctx context.Context) (dirs []string, release func(), err error) {
+	b, id, m := h.b, h.ID(), h.m
 	b.life.RLock()
 	b.mu.Lock()
-	deleted, upper, lowers := b.deleted, b.rec.UpperDir, slices.Clone(b.rec.Layers)
+	deleted, upper, lowers, state := b.deleted, b.rec.UpperDir, slices.Clone(b.rec.Layers), b.rec.Sandbox.State
 	b.mu.Unlock()
+	if !deleted && state == api.StateHibernated {
+		b.life.RUnlock()
+		h, unlock, err := m.LockFiles(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		upper, lowers := h.Dirs()
+		return append([]string{upper}, lowers...), unlock, nil
+	}
 	if deleted {
 		b.life.RUnlock()
 		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
@@ -99,6 +110,59 @@ func (m *Manager) LockRunning(ctx context.Context, id string) (h *Handle, unlock
 	return m.handle(b), unlock, nil
 }
 
+// LockFiles takes sandbox id's operation lock exclusively without waking
+// it: a running, paused or hibernated sandbox stays so (any other state is
+// ErrConflict; a sandbox being deleted ErrNotFound). Its writable upper
+// directory is on the host until unlock (a hibernated sandbox's disk is
+// mounted meanwhile). Checkpoint and fork hold it, so they never wake a
+// sleeping source. The caller calls unlock, once; meanwhile it may call
+// the Handle's Dirs, Frozen and Note (not Reset: a restore needs a guest,
+// LockRunning).
+func (m *Manager) LockFiles(ctx context.Context, id string) (h *Handle, unlock func(), err error) {
+	b, unlock, err := m.lockLive(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.mu.Lock()
+	state, rec := b.rec.Sandbox.State, b.rec
+	b.mu.Unlock()
+	switch state {
+	case api.StateRunning, api.StatePaused:
+	case api.StateHibernated:
+		if err := m.mountDisk(rec); err != nil {
+			unlock()
+			return nil, nil, err
+		}
+		locked := unlock
+		unlock = func() {
+			if err := m.unmountDisk(id); err != nil {
+				m.log.WarnContext(ctx, "unmounting the disk of a hibernated sandbox", "sandbox", id, "err", err)
+			}
+			locked()
+		}
+	default:
+		unlock()
+		return nil, nil, fmt.Errorf("sandbox %s is %s: %w", id, state, errdefs.ErrConflict)
+	}
+	return m.handle(b), unlock, nil
+}
+
+// Note records an operation that kept the sandbox in its state (cause
+// api.CauseCheckpoint, CauseRestore, ...) in its transition log, shows it
+// to observers as a transition and persists the record. The caller holds
+// the sandbox's lock (LockRunning, LockFiles).
+func (h *Handle) Note(ctx context.Context, cause, detail string) error {
+	return h.m.note(ctx, h.b, cause, detail)
+}
+
+// note does Handle.Note with b.life held.
+func (m *Manager) note(ctx context.Context, b *box, cause, detail string) error {
+	b.mu.Lock()
+	m.setStateLocked(b, b.rec.Sandbox.State, cause, detail)
+	b.mu.Unlock()
+	return m.saveLocked(ctx, b)
+}
+
 // Dirs returns the sandbox's writable upper directory and the host
 // directories of the layers it runs on, top-most first. They change only
 // with Reset (and a delete): the caller holds the sandbox's lock.
@@ -110,9 +174,16 @@ func (h *Handle) Dirs() (upper string, lowers []string) {
 
 // Frozen runs fn with the sandbox's processes frozen, when its backend can
 // freeze them (runtime.Pauser; otherwise they keep running), and thaws
-// them on every path; a failure to thaw is joined to fn's error. The
-// caller holds the sandbox's lock (LockRunning).
+// them on every path; a failure to thaw is joined to fn's error. A paused
+// sandbox stays frozen and a hibernated one has no process: fn runs as it
+// is. The caller holds the sandbox's lock (LockRunning, LockFiles).
 func (h *Handle) Frozen(ctx context.Context, fn func() error) (err error) {
+	h.b.mu.Lock()
+	state := h.b.rec.Sandbox.State
+	h.b.mu.Unlock()
+	if state != api.StateRunning {
+		return fn()
+	}
 	if p, ok := h.Runtime().(runtime.Pauser); ok {
 		if err := p.Pause(ctx); err != nil {
 			return err

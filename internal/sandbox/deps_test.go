@@ -19,6 +19,7 @@ var coreImports = []string{
 	deptest.Module + "/internal/errdefs",
 	deptest.Module + "/internal/execstream",
 	deptest.Module + "/internal/guest/client",
+	deptest.Module + "/internal/identity",
 	deptest.Module + "/internal/layers",
 	deptest.Module + "/internal/lazyregexp",
 	deptest.Module + "/internal/oci",

@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io/fs"
 	"os"
@@ -10,25 +8,18 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/identity"
 )
 
-// identityFiles are written fresh into every fork's writable layer.
-var identityFiles = []struct {
-	path string
-	mode os.FileMode
-	data func() []byte
-}{
-	{"etc/machine-id", 0o444, func() []byte { return []byte(randomHex(16) + "\n") }},
-	{"var/lib/systemd/random-seed", 0o600, func() []byte { return randomBytes(512) }},
-}
-
-// writeIdentity writes identityFiles into upper, creating the parent
+// writeIdentity writes the identity files (identity.Files) fresh into upper, creating the parent
 // directories they need with the modes and owners they have in the lower
 // layers (top-most first), so the merged view is unchanged but for the
 // files themselves. New entries are owned by the mapped root hostRoot.
 func writeIdentity(upper string, lowers []string, hostRoot int) error {
-	for _, f := range identityFiles {
-		dir := filepath.Dir(f.path)
+	for _, f := range identity.Files {
+		rel := strings.TrimPrefix(f.Path, "/")
+		dir := filepath.Dir(rel)
 		parts := strings.Split(dir, "/")
 		for i := range parts {
 			rel := filepath.Join(parts[:i+1]...)
@@ -36,14 +27,14 @@ func writeIdentity(upper string, lowers []string, hostRoot int) error {
 				return err
 			}
 		}
-		target := filepath.Join(upper, f.path)
-		if err := os.WriteFile(target, f.data(), 0o600); err != nil {
+		target := filepath.Join(upper, rel)
+		if err := os.WriteFile(target, f.New(), 0o600); err != nil {
 			return err
 		}
 		if err := os.Lchown(target, hostRoot, hostRoot); err != nil {
 			return err
 		}
-		if err := os.Chmod(target, f.mode); err != nil {
+		if err := os.Chmod(target, f.Mode); err != nil {
 			return err
 		}
 	}
@@ -79,11 +70,3 @@ func mkdirLike(dir, rel string, lowers []string, hostRoot int) error {
 	}
 	return unix.Chmod(dir, mode)
 }
-
-func randomBytes(n int) []byte {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // never fails on Linux
-	return b
-}
-
-func randomHex(n int) string { return hex.EncodeToString(randomBytes(n)) }

@@ -41,7 +41,7 @@ func TestInprocCheckpointCoreAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Write(sb.ID, "state.txt", "two\n")
-	if d, err := sn.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID, false); err != nil || d.Modified != 1 {
+	if d, err := sn.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID, api.DiffOptions{}); err != nil || d.Modified != 1 {
 		t.Fatalf("Diff = %+v, %v", d, err)
 	}
 	if _, err := sn.Restore(ctx, sb.ID, ck.ID); err != nil {
@@ -65,7 +65,7 @@ func TestInprocCheckpointCoreAPI(t *testing.T) {
 	if hd.StateDir() == "" || hd.Guest() == nil {
 		t.Fatalf("fork's handle: state dir %q, guest %v", hd.StateDir(), hd.Guest())
 	}
-	dirs, release, err := hd.ReadFS()
+	dirs, release, err := hd.ReadFS(ctx)
 	if err != nil || len(dirs) < 2 {
 		t.Fatalf("ReadFS = %v, %v", dirs, err)
 	}

@@ -99,6 +99,9 @@ func (m *Manager) upgradeLocked(ctx context.Context, b *box, rn runner.Runner) (
 		return res, err
 	}
 	res.Changed = true
+	if err := m.note(ctx, b, api.CauseUpgrade, clipVersion(fromVersion)+" -> "+clipVersion(rn.GuestVersion())); err != nil {
+		m.log.ErrorContext(ctx, "saving sandbox record", "sandbox", b.id(), "err", err)
+	}
 	switch state {
 	case api.StatePaused:
 		if err := m.pauseLocked(ctx, b, api.CauseAPI, "upgrade"); err != nil {

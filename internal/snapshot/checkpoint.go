@@ -35,8 +35,11 @@ import (
 // runtime.Pauser; the filesystem path here would stay as it is.
 //
 // Checkpoint, restore and fork of a sandbox take its lifecycle lock
-// exclusively (sandbox.Manager.LockRunning): they are serialised with each
-// other, with delete, and with the set-up of exec and file calls.
+// exclusively (sandbox.Manager.LockFiles for checkpoint and fork, which
+// leave a sleeping sandbox asleep; LockRunning for restore, which needs a
+// guest): they are serialised with each other, with delete, with the idle
+// policy, and with the set-up of exec and file calls. Each is recorded in
+// the sandbox's transitions (causes checkpoint and restore).
 
 // Owners of layer references.
 func checkpointRef(id string) string { return "checkpoint/" + id }
@@ -59,16 +62,18 @@ func validateCheckpointRequest(req api.CreateCheckpointRequest) error {
 	return validate.Labels(req.Labels)
 }
 
-// CreateCheckpoint captures the sandbox's filesystem as a checkpoint. The
-// sandbox is frozen while its changes are copied and thawed on every path;
-// its processes keep running afterwards. The returned DurationMS is the
-// time it was frozen.
+// CreateCheckpoint captures the sandbox's filesystem as a checkpoint. A
+// running sandbox is frozen while its changes are copied and thawed on
+// every path; its processes keep running afterwards. A paused or
+// hibernated sandbox is not woken: its files are copied as they lie and
+// it stays as it was. The returned DurationMS is the time it was frozen.
+// The checkpoint shows in the sandbox's transitions (cause checkpoint).
 func (m *Snapshots) CreateCheckpoint(ctx context.Context, id string, req api.CreateCheckpointRequest) (_ api.Checkpoint, err error) {
 	defer func() { m.report(ctx, sandbox.OpCheckpoint, id, req.Name, err) }()
 	if err := validateCheckpointRequest(req); err != nil {
 		return api.Checkpoint{}, fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
-	h, unlock, err := m.sbx.LockRunning(ctx, id)
+	h, unlock, err := m.sbx.LockFiles(ctx, id)
 	if err != nil {
 		return api.Checkpoint{}, err
 	}
@@ -79,10 +84,12 @@ func (m *Snapshots) CreateCheckpoint(ctx context.Context, id string, req api.Cre
 	}
 	m.log.InfoContext(ctx, "checkpoint created", "sandbox", id, "checkpoint", rec.Checkpoint.ID,
 		"size", rec.Checkpoint.SizeBytes, "frozen_ms", rec.Checkpoint.DurationMS)
+	m.describe(&rec.Checkpoint)
 	return rec.Checkpoint, nil
 }
 
-// checkpointLocked does CreateCheckpoint with h's lock held exclusively.
+// checkpointLocked does CreateCheckpoint with h's lock held exclusively
+// (LockFiles or LockRunning).
 func (m *Snapshots) checkpointLocked(ctx context.Context, h *sandbox.Handle, req api.CreateCheckpointRequest) (store.CheckpointRecord, error) {
 	cs, ls, err := m.checkpoints()
 	if err != nil {
@@ -154,6 +161,9 @@ func (m *Snapshots) checkpointLocked(ctx context.Context, h *sandbox.Handle, req
 		m.dropLayer(context.WithoutCancel(ctx), layer.ID, checkpointRef(cid))
 		return store.CheckpointRecord{}, err
 	}
+	if err := h.Note(ctx, api.CauseCheckpoint, cid); err != nil {
+		m.log.WarnContext(ctx, "recording the checkpoint in the sandbox's transitions", "sandbox", sb.ID, "err", err)
+	}
 	return rec, nil
 }
 
@@ -191,6 +201,7 @@ func (m *Snapshots) ListCheckpoints(ctx context.Context, id string) ([]api.Check
 	for _, r := range recs {
 		if (id == "" || r.Checkpoint.SandboxID == id) && p.Sees(r.Checkpoint.Tenant) {
 			r.Checkpoint.DurationMS = 0
+			m.describe(&r.Checkpoint)
 			out = append(out, r.Checkpoint)
 		}
 	}
@@ -215,6 +226,7 @@ func (m *Snapshots) GetCheckpoint(ctx context.Context, cid string) (api.Checkpoi
 		return api.Checkpoint{}, err
 	}
 	rec.Checkpoint.DurationMS = 0
+	m.describe(&rec.Checkpoint)
 	return rec.Checkpoint, nil
 }
 
@@ -315,7 +327,9 @@ func (m *Snapshots) DeleteCheckpoint(ctx context.Context, cid string) (err error
 // Restore puts sandbox id back to checkpoint ref (an id, or the name of one
 // of its checkpoints): its guest and every process are stopped, its layers
 // become the checkpoint's chain with an empty writable layer on top, and
-// the guest is started again under the same id, hostname and socket.
+// the guest is started again under the same id, hostname and socket. A
+// sleeping sandbox is woken first. The restore shows in the sandbox's
+// transitions (cause restore).
 func (m *Snapshots) Restore(ctx context.Context, id, ref string) (_ api.RestoreResult, err error) {
 	defer func() { m.report(ctx, sandbox.OpRestore, id, ref, err) }()
 	if ref == "" {
@@ -335,6 +349,9 @@ func (m *Snapshots) Restore(ctx context.Context, id, ref string) (_ api.RestoreR
 		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: %w", id, err)
 	}
 	d := time.Since(start)
+	if err := h.Note(ctx, api.CauseRestore, rec.Checkpoint.ID); err != nil {
+		m.log.WarnContext(ctx, "recording the restore in the sandbox's transitions", "sandbox", id, "err", err)
+	}
 	m.log.InfoContext(ctx, "sandbox restored", "sandbox", id, "checkpoint", rec.Checkpoint.ID, "ms", d.Milliseconds())
 	return api.RestoreResult{Sandbox: h.Sandbox(), Checkpoint: rec.Checkpoint.ID, DurationMS: d.Milliseconds()}, nil
 }

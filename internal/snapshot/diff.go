@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/identity"
 	"github.com/agentbox/agentbox/internal/layers"
 )
 
@@ -76,7 +77,7 @@ func (m *Snapshots) sandboxState(ctx context.Context, id string) (fsState, error
 	if err != nil {
 		return fsState{}, err
 	}
-	dirs, release, err := h.ReadFS()
+	dirs, release, err := h.ReadFS(ctx)
 	if err != nil {
 		return fsState{}, err
 	}
@@ -116,9 +117,11 @@ func (m *Snapshots) view(ctx context.Context, s fsState) (*layers.View, error) {
 	return v, nil
 }
 
-// Diff compares two filesystem states (refs as in api.Diff). With unified,
-// small text files get a unified diff.
-func (m *Snapshots) Diff(ctx context.Context, fromRef, toRef string, unified bool) (api.Diff, error) {
+// Diff compares two filesystem states (refs as in api.Diff). With
+// opts.Unified, small text files get a unified diff; the identity files
+// (internal/identity) are left out unless opts.IncludeIdentity.
+func (m *Snapshots) Diff(ctx context.Context, fromRef, toRef string, opts api.DiffOptions) (api.Diff, error) {
+	unified := opts.Unified
 	from, err := m.resolveState(ctx, fromRef)
 	if err != nil {
 		return api.Diff{}, fmt.Errorf("diff: from: %w", err)
@@ -143,6 +146,9 @@ func (m *Snapshots) Diff(ctx context.Context, fromRef, toRef string, unified boo
 	changes, err := layers.Diff(ctx, fv, tv)
 	if err != nil {
 		return api.Diff{}, fmt.Errorf("diff: %w", err)
+	}
+	if !opts.IncludeIdentity {
+		changes = withoutIdentity(changes)
 	}
 	out := api.Diff{From: from.ref, To: to.ref, Changes: make([]api.DiffChange, 0, len(changes))}
 	nUnified := 0
@@ -268,4 +274,48 @@ func (m *Snapshots) TreeHash(ctx context.Context, id string) (api.TreeHash, erro
 		return api.TreeHash{}, fmt.Errorf("hashing sandbox %s: %w", id, err)
 	}
 	return api.TreeHash{TreeHash: h}, nil
+}
+
+// withoutIdentity returns changes (path order) without the identity files
+// every fork gets fresh (identity.Files), and without the directories
+// added or deleted only to hold them: each sandbox's identity is its own
+// by design, not a change to show or merge.
+func withoutIdentity(changes []layers.Change) []layers.Change {
+	out := changes[:0:0]
+	for _, c := range changes {
+		if !identity.Is(c.Path) {
+			out = append(out, c)
+		}
+	}
+	// A directory that is an ancestor of an identity file, added or
+	// deleted as a whole, with no other change below it.
+	keep := out[:0]
+	for i, c := range out {
+		if c.Kind != layers.Modified && identityDir(c.Path) && !changedBelow(out[i+1:], c.Path) {
+			continue
+		}
+		keep = append(keep, c)
+	}
+	return keep
+}
+
+// identityDir reports whether dir is a proper ancestor of an identity file.
+func identityDir(dir string) bool {
+	for _, f := range identity.Files {
+		if strings.HasPrefix(f.Path, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// changedBelow reports whether after (the changes following dir's, in
+// path order) has a change below dir.
+func changedBelow(after []layers.Change, dir string) bool {
+	for _, c := range after {
+		if strings.HasPrefix(c.Path, dir+"/") {
+			return true
+		}
+	}
+	return false
 }

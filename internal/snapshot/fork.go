@@ -44,15 +44,16 @@ func (m *Snapshots) ForkCheckpoint(ctx context.Context, cid string, req api.Fork
 	return m.fork(ctx, ck, req)
 }
 
-// ForkSandbox checkpoints the running sandbox id (a checkpoint named "fork"
-// labelled agentbox.implicit=fork, listed like any other) and forks it; see
-// ForkCheckpoint.
+// ForkSandbox checkpoints sandbox id (a checkpoint named "fork" labelled
+// agentbox.implicit=fork, listed like any other) and forks it; see
+// ForkCheckpoint. A paused or hibernated source is not woken and stays so
+// (CreateCheckpoint).
 func (m *Snapshots) ForkSandbox(ctx context.Context, id string, req api.ForkRequest) (_ api.ForkResult, err error) {
 	defer func() { m.report(ctx, sandbox.OpFork, id, "", err) }()
 	if err := validateFork(&req); err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
-	h, unlock, err := m.sbx.LockRunning(ctx, id)
+	h, unlock, err := m.sbx.LockFiles(ctx, id)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
@@ -61,7 +62,11 @@ func (m *Snapshots) ForkSandbox(ctx context.Context, id string, req api.ForkRequ
 	if err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
-	return m.fork(ctx, ck, req)
+	res, err := m.fork(ctx, ck, req)
+	// Older implicit checkpoints of the source may go; this one is the
+	// forks' base (or, on error, taken for nothing and pruned in turn).
+	m.PruneImplicit(ctx, id)
+	return res, err
 }
 
 func validateFork(req *api.ForkRequest) error {
@@ -82,6 +87,7 @@ func (m *Snapshots) fork(ctx context.Context, ck store.CheckpointRecord, req api
 	if err != nil {
 		return api.ForkResult{}, err
 	}
+	defer m.pin(ck.Checkpoint.ID)() // not pruned before the forks stand on it
 	paths, err := ls.Paths(ck.Layer)
 	if err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", ck.Checkpoint.ID, err)

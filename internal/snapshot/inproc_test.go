@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -71,17 +72,17 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 
 	h.Write(sb.ID, "work/state.txt", "two\n")
 	h.Write(sb.ID, "work/extra.txt", "x\n")
-	d, err := sn.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID, true)
+	d, err := sn.Diff(ctx, "checkpoint:"+ck.ID, "sandbox:"+sb.ID, api.DiffOptions{Unified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Added != 1 || d.Modified != 1 || d.Deleted != 0 {
 		t.Fatalf("Diff = %+v", d)
 	}
-	if _, err := sn.Diff(ctx, "template:base", sb.ID, false); err != nil {
+	if _, err := sn.Diff(ctx, "template:base", sb.ID, api.DiffOptions{}); err != nil {
 		t.Fatalf("Diff(template, bare id): %v", err)
 	}
-	if _, err := sn.Diff(ctx, "bogus:x", sb.ID, false); !errdefs.IsInvalidArgument(err) {
+	if _, err := sn.Diff(ctx, "bogus:x", sb.ID, api.DiffOptions{}); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("Diff(bogus ref): %v", err)
 	}
 	th1, err := sn.TreeHash(ctx, sb.ID)
@@ -121,7 +122,7 @@ func TestInprocCheckpointRestoreFork(t *testing.T) {
 		if f.Labels["fork"] != "yes" || f.Env["B"] != "2" || f.Env["A"] != "1" || f.State != api.StateRunning {
 			t.Fatalf("fork %+v", f)
 		}
-		d, err := sn.Diff(ctx, "checkpoint:"+fr.Checkpoint, "sandbox:"+f.ID, false)
+		d, err := sn.Diff(ctx, "checkpoint:"+fr.Checkpoint, "sandbox:"+f.ID, api.DiffOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +273,7 @@ func TestInprocTemplates(t *testing.T) {
 		t.Fatalf("GetTemplate = %+v, %v", tp, err)
 	}
 	app := h.Create(api.CreateSandboxRequest{Template: "app@1"})
-	d, err := sn.Diff(ctx, "template:app", "sandbox:"+app.ID, false)
+	d, err := sn.Diff(ctx, "template:app", "sandbox:"+app.ID, api.DiffOptions{})
 	if err != nil || len(d.Changes) != 0 {
 		t.Fatalf("new sandbox differs from its template: %+v, %v", d, err)
 	}
@@ -426,5 +427,128 @@ func TestInprocLifecycle(t *testing.T) {
 	}
 	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 0 {
 		t.Fatalf("after DestroyAll: %d sandboxes", len(l))
+	}
+}
+
+// A checkpoint or fork of a paused or hibernated sandbox leaves it asleep,
+// and checkpoint and restore are recorded in its transitions (issue 17,
+// finding 8).
+func TestInprocCheckpointKeepsSleepingSource(t *testing.T) {
+	h, sn := newEnv(t)
+	ctx := ctxT(t)
+	m := h.M
+	for _, sleep := range []string{api.StatePaused, api.StateHibernated} {
+		sb := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent})
+		h.Write(sb.ID, "work/f.txt", "kept\n")
+		var err error
+		if sleep == api.StatePaused {
+			_, err = m.SetState(ctx, sb.ID, api.StatePaused)
+		} else {
+			_, err = m.SetState(ctx, sb.ID, api.StateHibernated)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ck, err := sn.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "asleep"})
+		if err != nil {
+			t.Fatalf("%s: checkpoint: %v", sleep, err)
+		}
+		if got, _ := m.GetSandbox(ctx, sb.ID); got.State != sleep {
+			t.Fatalf("after checkpoint of a %s sandbox: %s", sleep, got.State)
+		}
+		fr, err := sn.ForkSandbox(ctx, sb.ID, api.ForkRequest{})
+		if err != nil {
+			t.Fatalf("%s: fork: %v", sleep, err)
+		}
+		if got, _ := m.GetSandbox(ctx, sb.ID); got.State != sleep {
+			t.Fatalf("after fork of a %s sandbox: %s", sleep, got.State)
+		}
+		if len(fr.Sandboxes) != 1 || fr.Sandboxes[0].State != api.StateRunning {
+			t.Fatalf("%s: fork %+v", sleep, fr)
+		}
+		if _, err := sn.Restore(ctx, sb.ID, ck.ID); err != nil {
+			t.Fatal(err)
+		}
+		hd, err := m.Handle(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := hd.Transitions()
+		causes := map[string]string{}
+		for _, tr := range ts {
+			if tr.From == tr.To {
+				causes[tr.Cause] = tr.Detail
+			}
+		}
+		if causes[api.CauseCheckpoint] == "" || causes[api.CauseRestore] != ck.ID {
+			t.Fatalf("%s: transitions %+v", sleep, ts)
+		}
+	}
+}
+
+// Implicit checkpoints are kept per sandbox up to the retention's count
+// and age, listed with Implicit and ExpiresAt; a fork's base and the
+// user's checkpoints stay (issue 17, finding 7).
+func TestInprocImplicitRetention(t *testing.T) {
+	var sn *snapshot.Snapshots
+	h := sandboxtest.New(t, func(e *sandboxtest.Env, c *sandbox.Config) {
+		sn = snapshot.New(snapshot.Config{Layers: e.Layers, Checkpoints: e.Store, IDs: c.IDs,
+			Retention: snapshot.Retention{Keep: 2, MaxAge: time.Hour}})
+		c.Extensions = append(c.Extensions, sn)
+	})
+	ctx := ctxT(t)
+	sb := h.Create(api.CreateSandboxRequest{})
+	mine, err := sn.CreateCheckpoint(ctx, sb.ID, api.CreateCheckpointRequest{Name: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine.Implicit != "" || mine.ExpiresAt != nil {
+		t.Fatalf("a user's checkpoint: %+v", mine)
+	}
+	fr, err := sn.ForkSandbox(ctx, sb.ID, api.ForkRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var execs []string
+	for i := range 4 {
+		h.Write(sb.ID, "work/n.txt", strings.Repeat("x", i+1))
+		if r := txn(t, sn, sb.ID, api.ExecRequest{Command: "true", CheckpointBefore: true}); r.Code != 0 {
+			t.Fatalf("transaction: %+v", r)
+		}
+		cks, err := sn.ListCheckpoints(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		execs = append(execs, cks[len(cks)-1].ID)
+	}
+	cks, err := sn.ListCheckpoints(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]api.Checkpoint{}
+	for _, c := range cks {
+		got[c.ID] = c
+	}
+	if _, ok := got[mine.ID]; !ok {
+		t.Error("the user's checkpoint was pruned")
+	}
+	if c, ok := got[fr.Checkpoint]; !ok || c.Implicit != "fork" {
+		t.Errorf("the fork's base: %+v (kept %v)", c, ok)
+	}
+	for i, id := range execs {
+		c, ok := got[id]
+		if kept := i >= 2; ok != kept {
+			t.Errorf("exec checkpoint %d kept %v, want %v", i, ok, kept)
+		}
+		if ok && (c.Implicit != "exec" || c.ExpiresAt == nil || !c.ExpiresAt.Equal(c.CreatedAt.Add(time.Hour))) {
+			t.Errorf("exec checkpoint %d: %+v", i, c)
+		}
+	}
+	// With the fork gone, its base goes at the next prune.
+	if err := h.M.DeleteSandbox(ctx, fr.Sandboxes[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := sn.PruneImplicit(ctx, sb.ID); n != 1 {
+		t.Errorf("pruned %d after the fork went, want 1 (its base)", n)
 	}
 }

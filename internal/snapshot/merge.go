@@ -35,6 +35,11 @@ import (
 // directory on the host. On any failure the target is restored to the
 // checkpoint, so the caller sees all of the merge or none of it; the
 // checkpoint stays (labelled agentbox.implicit=merge) as an undo point.
+//
+// The identity files every fork gets fresh (internal/identity) take no
+// part unless the request includes them: siblings' merges would otherwise
+// always conflict on them, and a merge would copy one sandbox's identity
+// into another.
 
 // maxResolutions bounds the per-path choices of one merge request.
 const maxResolutions = 10000
@@ -109,6 +114,9 @@ func planMerge(ctx context.Context, base, ours, theirs *layers.View, req api.Mer
 	theirChanges, err := layers.Diff(ctx, base, theirs)
 	if err != nil {
 		return mergePlan{}, err
+	}
+	if !req.IncludeIdentity {
+		ourChanges, theirChanges = withoutIdentity(ourChanges), withoutIdentity(theirChanges)
 	}
 	ourSet := make(map[string]layers.Change, len(ourChanges))
 	for _, c := range ourChanges {
@@ -208,6 +216,8 @@ func (m *Snapshots) Merge(ctx context.Context, target string, req api.MergeReque
 			return res, fmt.Errorf("merging into %s: %w", target, err)
 		}
 		res.Checkpoint = ck.ID
+		defer m.pin(ck.ID)() // the merge's plan and undo point
+		m.PruneImplicit(ctx, target)
 		if ours, err = m.checkpointState(ctx, ck.ID); err != nil {
 			return res, err
 		}

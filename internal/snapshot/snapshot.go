@@ -9,8 +9,9 @@
 // (DeleteHook: implicit checkpoints go with their sandbox; PurgeHook: a
 // purged tenant's checkpoints; RescueHook: a failed upgrade falls back to
 // the latest checkpoint) and reaches sandboxes through the core's API for
-// it (internal/sandbox/core_snapshot.go: LockRunning, Handle.Frozen,
-// Handle.Reset, CreateFork, Handle.ReadFS, ResolveTemplate). The core never imports
+// it (internal/sandbox/core_snapshot.go: LockRunning, LockFiles,
+// Handle.Frozen, Handle.Reset, Handle.Note, CreateFork, Handle.ReadFS,
+// ResolveTemplate). The core never imports
 // it. See docs/EXTENSIONS.md.
 package snapshot
 
@@ -42,11 +43,13 @@ type Sandboxes interface {
 	Report(ctx context.Context, op sandbox.Op)
 	// The core's API for this feature (core_snapshot.go).
 	LockRunning(ctx context.Context, id string) (*sandbox.Handle, func(), error)
+	LockFiles(ctx context.Context, id string) (*sandbox.Handle, func(), error)
 	CreateFork(ctx context.Context, spec sandbox.ForkSpec) (api.Sandbox, error)
 	// ResolveTemplate resolves a template as a create would (the
 	// caller's own templates first, then the catalogue).
 	ResolveTemplate(ctx context.Context, name string) (templates.Template, error)
 	// Calls as the API serves them.
+	ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error)
 }
@@ -68,7 +71,10 @@ type Config struct {
 	// against their tenant's quotas: the Manager's (sandbox.Config.Quotas).
 	// Nil limits nothing.
 	Quotas sandbox.Quotas
-	Logger *slog.Logger
+	// Retention bounds the checkpoints the daemon takes on its own
+	// (LabelImplicit); the zero value keeps them all.
+	Retention Retention
+	Logger    *slog.Logger
 }
 
 // Snapshots serves checkpoints, restore, fork, exec transactions, diff and
@@ -82,8 +88,11 @@ type Snapshots struct {
 	cs  store.CheckpointStore
 	ids runtime.IDMap
 	q   sandbox.Quotas
+	ret Retention
 	log *slog.Logger
 	sbx Sandboxes // set by Provision, before any hook runs
+
+	prune pruner // the retention of implicit checkpoints (retention.go)
 }
 
 var (
@@ -92,6 +101,7 @@ var (
 	_ sandbox.DeleteHook  = (*Snapshots)(nil)
 	_ sandbox.PurgeHook   = (*Snapshots)(nil)
 	_ sandbox.RescueHook  = (*Snapshots)(nil)
+	_ io.Closer           = (*Snapshots)(nil)
 )
 
 // New returns Snapshots; the Manager provisions it.
@@ -100,7 +110,8 @@ func New(cfg Config) *Snapshots {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Snapshots{ls: cfg.Layers, cs: cfg.Checkpoints, ids: cfg.IDs, q: cfg.Quotas, log: log}
+	return &Snapshots{ls: cfg.Layers, cs: cfg.Checkpoints, ids: cfg.IDs, q: cfg.Quotas, ret: cfg.Retention, log: log,
+		prune: pruner{pinned: map[string]int{}, stop: make(chan struct{})}}
 }
 
 // admitSandboxes admits n forks of owner, each with disk bytes of disk

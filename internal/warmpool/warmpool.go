@@ -21,8 +21,6 @@ package warmpool
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +36,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/identity"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/validate"
@@ -388,25 +387,8 @@ func (ps *Keeper) DrainPools(ctx context.Context) {
 	ps.inflight.Wait()
 }
 
-// identityFiles are what makes a sandbox's identity, written fresh into
-// every pooled sandbox through its guest, as the sandbox core writes them
-// into a fork's writable layer (internal/sandbox, identity.go).
-var identityFiles = []struct {
-	path string
-	mode uint32
-	data func() []byte
-}{
-	{"/etc/machine-id", 0o444, func() []byte { return []byte(hex.EncodeToString(random(16)) + "\n") }},
-	{"/var/lib/systemd/random-seed", 0o600, func() []byte { return random(512) }},
-}
-
-func random(n int) []byte {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand never fails on Linux
-	return b
-}
-
-// writeIdentity writes identityFiles through h's running guest,
+// writeIdentity writes the identity files (identity.Files) fresh through
+// h's running guest,
 // concurrently: the pooled sandbox's processes see them like a fresh
 // sandbox's.
 func writeIdentity(ctx context.Context, h *sandbox.Handle) error {
@@ -414,13 +396,13 @@ func writeIdentity(ctx context.Context, h *sandbox.Handle) error {
 	if g == nil {
 		return fmt.Errorf("writing identity: sandbox %s has no guest: %w", h.ID(), errdefs.ErrConflict)
 	}
-	errs := make([]error, len(identityFiles))
+	errs := make([]error, len(identity.Files))
 	var wg sync.WaitGroup
-	for i, f := range identityFiles {
+	for i, f := range identity.Files {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = g.WriteFile(ctx, f.path, f.mode, true, bytes.NewReader(f.data()))
+			_, errs[i] = g.WriteFile(ctx, f.Path, uint32(f.Mode), true, bytes.NewReader(f.New()))
 		}()
 	}
 	wg.Wait()

@@ -112,8 +112,9 @@ func (c *Client) DeleteCheckpoint(ctx context.Context, cid string) error {
 func WithCheckpoint() ExecOption { return func(r *api.ExecRequest) { r.CheckpointBefore = true } }
 
 // WithRollbackOnFailure checkpoints the sandbox before the command runs and
-// restores that checkpoint when it exits non-zero, is killed or times out
-// (Result.RolledBack), before Run returns.
+// puts its files back to that checkpoint when it exits non-zero, is killed
+// or times out (Result.RolledBack), before Run returns. The files are
+// reverted through the running guest: other processes keep running.
 func WithRollbackOnFailure() ExecOption {
 	return func(r *api.ExecRequest) { r.CheckpointBefore, r.RollbackOnFailure = true, true }
 }

@@ -29,9 +29,22 @@ type TemplateVersion = api.TemplateVersion
 // sandbox id, checkpoint id or template name. With unified, small text
 // files carry a unified diff.
 func (c *Client) Diff(ctx context.Context, from, to string, unified bool) (Diff, error) {
+	return c.DiffWith(ctx, from, to, DiffOptions{Unified: unified})
+}
+
+// DiffOptions are the options of Client.DiffWith.
+type DiffOptions = api.DiffOptions
+
+// DiffWith is Diff with options: opts.IncludeIdentity keeps the identity
+// files every fork gets fresh (/etc/machine-id,
+// /var/lib/systemd/random-seed), which are left out by default.
+func (c *Client) DiffWith(ctx context.Context, from, to string, opts DiffOptions) (Diff, error) {
 	q := url.Values{"from": {from}, "to": {to}}
-	if unified {
+	if opts.Unified {
 		q.Set("unified", "true")
+	}
+	if opts.IncludeIdentity {
+		q.Set("include_identity", "true")
 	}
 	var d Diff
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/diff", query: q}, &d); err != nil {
@@ -61,6 +74,10 @@ type MergeOptions struct {
 	// DryRun reports what would be applied and the conflicts, changing
 	// nothing.
 	DryRun bool
+	// IncludeIdentity merges the identity files every fork gets fresh
+	// (/etc/machine-id, /var/lib/systemd/random-seed) like any other path;
+	// by default each sandbox keeps its own.
+	IncludeIdentity bool
 }
 
 // MergeConflictError is returned by Merge when paths changed on both sides
@@ -78,7 +95,7 @@ func (e *MergeConflictError) Unwrap() error { return e.APIError }
 // checkpoint) to this sandbox. Unresolved conflicts: a
 // *MergeConflictError, and nothing changed.
 func (s *Sandbox) Merge(ctx context.Context, from string, opts MergeOptions) (MergeResult, error) {
-	req := api.MergeRequest{From: from, Strategy: opts.Strategy, Resolutions: opts.Resolutions, DryRun: opts.DryRun}
+	req := api.MergeRequest{From: from, Strategy: opts.Strategy, Resolutions: opts.Resolutions, DryRun: opts.DryRun, IncludeIdentity: opts.IncludeIdentity}
 	var res MergeResult
 	err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/merge"), json: req}, &res)
 	var ae *APIError
