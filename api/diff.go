@@ -4,7 +4,7 @@ import "time"
 
 // Diff, merge and saved templates (issue 3, items 4, 5 and 8).
 //
-// A ref names a filesystem state: "sandbox:<id>" (its live state),
+// A ref names a filesystem state: "sandbox:<id|name>" (its live state),
 // "checkpoint:<id or name>", "template:<name>[@<version>]". A bare ref is
 // tried as a sandbox id, then a checkpoint id, then a template name.
 

@@ -27,6 +27,10 @@ type Error struct {
 	Code      string `json:"code"`       // stable category: "not_found", "invalid_argument", ...
 	Message   string `json:"message"`    // human-readable, safe to show; never internal detail
 	RequestID string `json:"request_id"` // matches the daemon's log line
+	// Reason refines Code where clients act on it: "command_not_found"
+	// (exec of an executable that does not exist; the CLI exits 127),
+	// "command_not_executable" (exists but cannot be run; 126).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Resources are the limits applied to a sandbox's cgroup. Zero means the
@@ -50,8 +54,12 @@ type CreateSandboxRequest struct {
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"` // hard lifetime; 0 = none
 	Hostname       string            `json:"hostname,omitempty"`
 	Network        *NetworkSpec      `json:"network,omitempty"` // default mode "none"; see api/network.go
-	// Name is unique among live sandboxes: creating a sandbox with the name
-	// of an existing one returns that one (woken; 200 instead of 201).
+	// Name is unique among the tenant's live sandboxes and is accepted
+	// wherever an id is; it must not have the shape of an id (12
+	// characters of [a-z0-9]). Creating a sandbox with the name of an
+	// existing one returns that one (woken; 200 instead of 201), unless
+	// the request explicitly asks for options it does not have: then
+	// ErrConflict (409) naming each option that differs.
 	Name      string      `json:"name,omitempty"`
 	Lifecycle string      `json:"lifecycle,omitempty"` // "session" (default) or "persistent"; see api/lifecycle.go
 	Idle      *IdlePolicy `json:"idle,omitempty"`      // overrides of the preset's idle policy
@@ -176,7 +184,11 @@ type ExecEvent struct {
 	ExitCode *int   `json:"exit_code,omitempty"` // set on exit; -1 when killed by a signal
 	Signal   string `json:"signal,omitempty"`    // e.g. "KILL" when killed by a signal
 	TimedOut bool   `json:"timed_out,omitempty"`
-	Error    *Error `json:"error,omitempty"`
+	// OOMKilled (exit event): the process was killed by the sandbox's
+	// out-of-memory killer (SIGKILL while the sandbox's memory limit was
+	// hit; its OOM kill count grew while the stream was open).
+	OOMKilled bool   `json:"oom_killed,omitempty"`
+	Error     *Error `json:"error,omitempty"`
 	// Checkpoint is the id of the automatic checkpoint taken before the
 	// command (exit event of a checkpoint_before exec); RolledBack says the
 	// sandbox was restored to it.
@@ -190,7 +202,9 @@ type Process struct {
 	Cmd       []string   `json:"cmd"`
 	TTY       bool       `json:"tty"`
 	Running   bool       `json:"running"`
-	ExitCode  *int       `json:"exit_code,omitempty"`
+	ExitCode  *int       `json:"exit_code,omitempty"` // -1 when killed by a signal
+	Signal    string     `json:"signal,omitempty"`    // e.g. "KILL" when killed by a signal
+	TimedOut  bool       `json:"timed_out,omitempty"` // killed because its timeout expired
 	StartedAt time.Time  `json:"started_at"`
 	ExitedAt  *time.Time `json:"exited_at,omitempty"`
 }

@@ -128,7 +128,10 @@ func forkCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fork [-n N] CHECKPOINT|SANDBOX",
 		Short: "Create N sandboxes from a checkpoint, or from a running sandbox (checkpointed first); print their ids",
-		Args:  cobra.ExactArgs(1),
+		Long: "Create N sandboxes from a checkpoint (its id, or its name: the newest of your checkpoints\n" +
+			"of that name, as restore resolves it), or else from a running sandbox (id or name), which\n" +
+			"is checkpointed first. A checkpoint is looked for before a sandbox of the same name.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g := rootGlobals(cmd)
 			lbl, err := parseKV("--label", labels)
@@ -144,13 +147,11 @@ func forkCmd() *cobra.Command {
 				return err
 			}
 			opts := agentbox.ForkOptions{Labels: lbl, Env: ev}
-			var forks []*agentbox.Sandbox
-			if _, cerr := c.Checkpoint(cmd.Context(), args[0]); cerr == nil {
-				forks, err = c.Fork(cmd.Context(), args[0], n, opts)
-			} else if agentbox.IsNotFound(cerr) || agentbox.IsInvalidArgument(cerr) {
+			// A checkpoint (id or name, resolved by the daemon as restore
+			// resolves it) first, else a sandbox (id or name).
+			forks, err := c.Fork(cmd.Context(), args[0], n, opts)
+			if agentbox.IsNotFound(err) || agentbox.IsInvalidArgument(err) {
 				forks, err = c.Sandbox(args[0]).Fork(cmd.Context(), n, opts)
-			} else {
-				err = cerr
 			}
 			if err != nil {
 				return err

@@ -51,10 +51,10 @@ func TestLs(t *testing.T) {
 		t.Fatalf("ls --label team=x --json = %v, %v", some, err)
 	}
 	table := strings.Split(strings.TrimSpace(mustCLI(t, srv, "ls")), "\n")
-	if len(table) != 3 || strings.Join(strings.Fields(table[0]), " ") != "ID TEMPLATE STATE CREATED LABELS" {
+	if len(table) != 3 || strings.Join(strings.Fields(table[0]), " ") != "ID NAME TEMPLATE STATE CREATED LABELS" {
 		t.Fatalf("ls table:\n%s", strings.Join(table, "\n"))
 	}
-	if f := strings.Fields(table[1]); f[0] != a.ID() || f[1] != "busybox" || f[2] != "running" || f[len(f)-1] != "env=ci,team=x" {
+	if f := strings.Fields(table[1]); f[0] != a.ID() || f[1] != "-" || f[2] != "busybox" || f[3] != "running" || f[len(f)-1] != "env=ci,team=x" {
 		t.Fatalf("ls row = %q", table[1])
 	}
 	if out := mustCLI(t, srv, "ls", "--json", "--label", "team=none"); strings.TrimSpace(out) != "[]" {
@@ -442,5 +442,25 @@ func TestExtractTarModes(t *testing.T) {
 		if got := st.Mode() & (os.ModePerm | os.ModeSetuid); got != want {
 			t.Errorf("%s: mode %v, want %v", name, got, want)
 		}
+	}
+}
+
+// A sandbox's name works wherever its id does (the test server resolves
+// names as the daemon does), and ls shows it.
+func TestNamesWhereIDs(t *testing.T) {
+	srv := agentboxtest.NewServer(t)
+	a := srv.AddSandbox(api.CreateSandboxRequest{Name: "web1"})
+	if out := mustCLI(t, srv, "inspect", "web1"); !strings.Contains(out, a.ID()) {
+		t.Fatalf("inspect web1 = %q", out)
+	}
+	table := strings.Split(strings.TrimSpace(mustCLI(t, srv, "ls")), "\n")
+	if f := strings.Fields(table[1]); len(table) != 2 || f[0] != a.ID() || f[1] != "web1" {
+		t.Fatalf("ls:\n%s", strings.Join(table, "\n"))
+	}
+	if out, errOut, code := cli(t, srv, "", "inspect", "nosuch"); code != exitAgentbox || out != "" || !strings.Contains(errOut, "nosuch") {
+		t.Fatalf("inspect nosuch: exit %d, stdout %q, stderr %q; want nothing on stdout", code, out, errOut)
+	}
+	if out := mustCLI(t, srv, "rm", "web1"); strings.TrimSpace(out) != "web1" || srv.Sandbox(a.ID()) != nil {
+		t.Fatalf("rm web1 = %q; left %v", out, srv.SandboxIDs())
 	}
 }

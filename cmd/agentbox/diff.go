@@ -25,7 +25,7 @@ func diffCmd() *cobra.Command {
 		Short: "Show the changes between two sandboxes, checkpoints or templates",
 		Long: `Show the paths added, modified and deleted between two filesystem states.
 FROM and TO are sandbox ids, checkpoint ids or template names, or prefixed refs:
-sandbox:<id>, checkpoint:<id|name>, template:<name>[@<version>].
+sandbox:<id|name>, checkpoint:<id|name>, template:<name>[@<version>].
 The identity files each fork gets fresh (/etc/machine-id,
 /var/lib/systemd/random-seed) are left out unless --include-identity.`,
 		Args: cobra.ExactArgs(2),

@@ -60,9 +60,13 @@ func (f *execFlags) baseRequest(argv []string) (api.ExecRequest, error) {
 func execCmd(g *globals) *cobra.Command {
 	var ef execFlags
 	cmd := &cobra.Command{
-		Use:   "exec [flags] ID [--] CMD [ARG...]",
+		Use:   "exec [flags] ID|NAME [--] CMD [ARG...]",
 		Short: "Run a command in a sandbox and exit with its status",
-		Args:  cobra.MinimumNArgs(2),
+		Long: "Run a command in a sandbox (its id or name) and exit with its status: 128+N when killed\n" +
+			"by signal N (137 for SIGKILL; an out-of-memory kill is also said on stderr), 127 when the\n" +
+			"command is not found, 126 when it cannot be executed, 125 for agentbox's own errors.\n" +
+			"With -t, a local terminal that reports no size (0x0) counts as 24x80.",
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			argv := args[1:]
 			if argv[0] == "--" { // kept as an argument: flag parsing stopped at ID
@@ -184,7 +188,7 @@ func killCmd(g *globals) *cobra.Command {
 
 func psCmd(_ *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "ps ID",
+		Use:   "ps ID|NAME",
 		Short: "List the processes started in a sandbox",
 		Args:  cobra.ExactArgs(1),
 		RunE: listing[api.Process]{
@@ -194,11 +198,16 @@ func psCmd(_ *globals) *cobra.Command {
 			header: "PID\tTTY\tSTATUS\tSTARTED\tCMD",
 			row: func(p api.Process) string {
 				status := "running"
-				if !p.Running {
+				switch {
+				case p.Running:
+				case p.TimedOut:
+					status = "timed out"
+				case p.Signal != "":
+					status = fmt.Sprintf("killed (SIG%s)", p.Signal)
+				case p.ExitCode != nil:
+					status = fmt.Sprintf("exited (%d)", *p.ExitCode)
+				default:
 					status = "exited"
-					if p.ExitCode != nil {
-						status = fmt.Sprintf("exited (%d)", *p.ExitCode)
-					}
 				}
 				tty := "-"
 				if p.TTY {
@@ -223,11 +232,9 @@ func runInteractive(ctx context.Context, cmd *cobra.Command, sb *agentbox.Sandbo
 	outFd, outTerm := terminalFd(out)
 
 	if tty {
-		size := api.TTY{Rows: 24, Cols: 80}
+		size := api.TTY{Rows: defaultRows, Cols: defaultCols}
 		if outTerm {
-			if w, h, err := term.GetSize(outFd); err == nil {
-				size = api.TTY{Rows: uint16(h), Cols: uint16(w)}
-			}
+			size = terminalSize(outFd)
 		}
 		req.TTY = &size
 		if interactive && inTerm {
@@ -273,9 +280,8 @@ func forwardSignals(ctx context.Context, cancel context.CancelFunc, p *agentbox.
 			return
 		case s := <-sigs:
 			if s == syscall.SIGWINCH {
-				if w, h, err := term.GetSize(outFd); err == nil {
-					_ = p.Resize(ctx, uint16(h), uint16(w))
-				}
+				size := terminalSize(outFd)
+				_ = p.Resize(ctx, size.Rows, size.Cols)
 				continue
 			}
 			if interrupts++; interrupts >= 3 {
@@ -296,6 +302,9 @@ func finish(cmd *cobra.Command, res *agentbox.Result, err error) error {
 	if res.TimedOut {
 		fmt.Fprintln(cmd.ErrOrStderr(), "agentbox: command timed out and was killed")
 	}
+	if res.OOMKilled {
+		fmt.Fprintln(cmd.ErrOrStderr(), "agentbox: command killed: the sandbox ran out of memory (its memory limit, `agentbox create --memory`)")
+	}
 	if res.RolledBack {
 		fmt.Fprintf(cmd.ErrOrStderr(), "agentbox: command failed; sandbox rolled back to checkpoint %s\n", res.Checkpoint)
 	}
@@ -310,6 +319,25 @@ func finish(cmd *cobra.Command, res *agentbox.Result, err error) error {
 		return nil
 	}
 	return exitStatus(code)
+}
+
+// The terminal size used when the local one is unknown or reports 0x0
+// (script(1), some CI runners): what a VT100 has.
+const defaultRows, defaultCols = 24, 80
+
+// terminalSize returns the size of terminal fd, each dimension it does not
+// know (0, or an error) replaced by the default 24x80.
+func terminalSize(fd int) api.TTY {
+	size := api.TTY{Rows: defaultRows, Cols: defaultCols}
+	if w, h, err := term.GetSize(fd); err == nil {
+		if h > 0 && h <= 0xffff {
+			size.Rows = uint16(h)
+		}
+		if w > 0 && w <= 0xffff {
+			size.Cols = uint16(w)
+		}
+	}
+	return size
 }
 
 // terminalFd reports the descriptor of s and whether it is a terminal.

@@ -36,6 +36,13 @@ var defaultHost = agentbox.DefaultHost
 // exitAgentbox is the status for agentbox's own errors (as docker uses it).
 const exitAgentbox = 125
 
+// The statuses of a command that could not be run, as shells and docker
+// use them: not found, and found but not executable.
+const (
+	exitNotFound      = 127
+	exitNotExecutable = 126
+)
+
 func main() {
 	os.Exit(execute(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
@@ -56,6 +63,15 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return int(st)
 	}
 	printError(stderr, err)
+	var ae *agentbox.APIError
+	if errors.As(err, &ae) {
+		switch ae.Reason {
+		case agentbox.ReasonCommandNotFound:
+			return exitNotFound
+		case agentbox.ReasonCommandNotExecutable:
+			return exitNotExecutable
+		}
+	}
 	return exitAgentbox
 }
 
@@ -106,8 +122,14 @@ func (g *globals) client() (*agentbox.Client, error) {
 func rootCmd() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
-		Use:           "agentbox",
-		Short:         "Disposable, isolated Linux sandboxes for AI agents",
+		Use:   "agentbox",
+		Short: "Disposable, isolated Linux sandboxes for AI agents",
+		Long: "Disposable, isolated Linux sandboxes for AI agents.\n\n" +
+			"Wherever a command takes a sandbox ID, the sandbox's name (create --name) works too.\n" +
+			"Exit status: 0 on success; exec, run and attach exit with the command's status (128+N when\n" +
+			"killed by signal N: 137 for SIGKILL, also when the sandbox ran out of memory, which is said\n" +
+			"on stderr), 127 when the command is not found, 126 when it cannot be executed; 125 for\n" +
+			"agentbox's own errors.",
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}

@@ -76,12 +76,12 @@ func lsCmd(g *globals) *cobra.Command {
 			if tenants {
 				fmt.Fprint(tw, "TENANT\t")
 			}
-			fmt.Fprintln(tw, "ID\tTEMPLATE\tSTATE\tCREATED\tLABELS")
+			fmt.Fprintln(tw, "ID\tNAME\tTEMPLATE\tSTATE\tCREATED\tLABELS")
 			for _, s := range infos {
 				if tenants {
 					fmt.Fprintf(tw, "%s\t", cmp.Or(s.Tenant, api.AdminTenant))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s\n", s.ID, s.Template, s.State,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%s\n", s.ID, cmp.Or(s.Name, "-"), s.Template, s.State,
 					humanDuration(time.Since(s.CreatedAt)), formatKV(s.Labels))
 			}
 			return tw.Flush()
@@ -93,8 +93,8 @@ func lsCmd(g *globals) *cobra.Command {
 
 func inspectCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "inspect ID...",
-		Short: "Print sandboxes as JSON",
+		Use:   "inspect ID|NAME...",
+		Short: "Print sandboxes as JSON (nothing on stdout when none is found)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, ids []string) error {
 			c, err := g.client()
@@ -111,8 +111,12 @@ func inspectCmd(g *globals) *cobra.Command {
 				}
 				infos = append(infos, sb.Info())
 			}
-			if err := printJSON(cmd.OutOrStdout(), infos); err != nil {
-				return err
+			// Like docker inspect: the sandboxes found, and nothing on
+			// stdout when none was.
+			if len(infos) > 0 || len(errs) == 0 {
+				if err := printJSON(cmd.OutOrStdout(), infos); err != nil {
+					return err
+				}
 			}
 			return reportAll(cmd, errs)
 		},
@@ -122,7 +126,7 @@ func inspectCmd(g *globals) *cobra.Command {
 func rmCmd(g *globals) *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
-		Use:     "rm [-f] ID...",
+		Use:     "rm [-f] ID|NAME...",
 		Aliases: []string{"delete"},
 		Short:   "Delete sandboxes (everything in them is killed)",
 		Args:    cobra.MinimumNArgs(1),

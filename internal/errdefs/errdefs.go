@@ -90,3 +90,37 @@ func RetryAfter(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// Reasons refine a category where a client acts on the difference: the CLI
+// exits 127 for a command that is not found and 126 for one that cannot
+// be executed, as shells and docker do. The API sends them in the
+// "reason" field of an error body.
+const (
+	ReasonCommandNotFound      = "command_not_found"      // an exec's executable does not exist (ErrNotFound)
+	ReasonCommandNotExecutable = "command_not_executable" // it exists but cannot be executed (ErrPermissionDenied)
+)
+
+// reasonError attaches a reason to an error; its text and category are
+// err's.
+type reasonError struct {
+	err    error
+	reason string
+}
+
+func (e *reasonError) Error() string       { return e.err.Error() }
+func (e *reasonError) Unwrap() error       { return e.err }
+func (e *reasonError) ErrorReason() string { return e.reason }
+
+// WithReason returns err carrying reason (one of the Reason constants).
+func WithReason(err error, reason string) error { return &reasonError{err: err, reason: reason} }
+
+// Reason returns the reason err (or an error it wraps) carries: anything
+// with an ErrorReason() string method, such as WithReason's errors and
+// errors relayed from a guest. "" when none.
+func Reason(err error) string {
+	var r interface{ ErrorReason() string }
+	if errors.As(err, &r) {
+		return r.ErrorReason()
+	}
+	return ""
+}

@@ -3,6 +3,7 @@ package guest
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -154,7 +155,11 @@ func lookPath(file, pathEnv, dir string) (string, error) {
 			p = filepath.Join(dir, p)
 		}
 		if err := isExecutable(p); err != nil {
-			return "", fmt.Errorf("executable %q: %w", file, err)
+			reason := errdefs.ReasonCommandNotExecutable
+			if errors.Is(err, fs.ErrNotExist) {
+				reason = errdefs.ReasonCommandNotFound
+			}
+			return "", errdefs.WithReason(fmt.Errorf("executable %q: %w", file, err), reason)
 		}
 		return p, nil
 	}
@@ -167,7 +172,7 @@ func lookPath(file, pathEnv, dir string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("executable %q not found in PATH: %w", file, errdefs.ErrNotFound)
+	return "", errdefs.WithReason(fmt.Errorf("executable %q not found in PATH: %w", file, errdefs.ErrNotFound), errdefs.ReasonCommandNotFound)
 }
 
 func isExecutable(p string) error {

@@ -221,7 +221,7 @@ func (s *server) writeFile(c *conn, req *proto.Request) error {
 	ok = true
 	info, err := lstatInfo(path)
 	if err != nil {
-		return fmt.Errorf("stat %s: %w", path, err)
+		return err // an *fs.PathError: it names the call and the path
 	}
 	return c.reply(info)
 }
@@ -233,7 +233,7 @@ func (s *server) stat(c *conn, req *proto.Request) error {
 	}
 	info, err := lstatInfo(path)
 	if err != nil {
-		return fmt.Errorf("stat %s: %w", path, err)
+		return err // an *fs.PathError: it names the call and the path
 	}
 	return c.reply(info)
 }
@@ -317,7 +317,7 @@ func (s *server) mkdir(c *conn, req *proto.Request) error {
 	}
 	info, err := lstatInfo(path)
 	if err != nil {
-		return fmt.Errorf("stat %s: %w", path, err)
+		return err // an *fs.PathError: it names the call and the path
 	}
 	return c.reply(info)
 }

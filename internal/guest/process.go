@@ -342,6 +342,7 @@ func (p *process) info() api.Process {
 		code := p.result.ExitCode
 		at := p.exitedAt
 		out.ExitCode, out.ExitedAt = &code, &at
+		out.Signal, out.TimedOut = p.result.Signal, p.result.TimedOut
 	}
 	return out
 }

@@ -109,13 +109,24 @@ func jsonError(err error) error {
 	}
 }
 
-// sandboxID returns the validated {id} path value.
+// sandboxID returns the sandbox id of the validated {id} path value, an
+// id or a name (Service.ResolveSandbox). Every route naming a sandbox
+// comes through here: this is the one place names are resolved.
 func sandboxID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if !sandboxIDRe.MatchString(id) {
-		return "", errorf("invalid sandbox id %q: want ^[a-z0-9][a-z0-9-]{0,63}$", clip(id))
+		return "", errorf("invalid sandbox id or name %q: want ^[a-z0-9][a-z0-9-]{0,63}$", clip(id))
 	}
-	return id, nil
+	return resolveSandbox(r, id), nil
+}
+
+// resolveSandbox returns the id of the sandbox ref (an id or a name,
+// already validated) designates for r's caller (Service.ResolveSandbox).
+func resolveSandbox(r *http.Request, ref string) string {
+	if resolve := stateFrom(r.Context()).resolve; resolve != nil {
+		return resolve(r.Context(), ref)
+	}
+	return ref
 }
 
 // pidParam returns the validated {pid} path value.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -62,7 +63,18 @@ func (h *handler) diffRoutes() []route {
 func diffRef(r *http.Request, name string) (string, error) {
 	ref := r.URL.Query().Get(name)
 	if ref == "" || len(ref) > maxRefLen || !validText(ref) {
-		return "", errorf("%s must be a ref of at most %d bytes: sandbox:<id>, checkpoint:<id|name> or template:<name>", name, maxRefLen)
+		return "", errorf("%s must be a ref of at most %d bytes: sandbox:<id|name>, checkpoint:<id|name> or template:<name>", name, maxRefLen)
+	}
+	// A sandbox's name designates it as its id does; a bare ref that is
+	// one of the caller's sandbox names is that sandbox (bare refs look
+	// for a sandbox first).
+	switch kind, sb, ok := strings.Cut(ref, ":"); {
+	case ok && kind == "sandbox":
+		ref = "sandbox:" + resolveSandbox(r, sb)
+	case !ok:
+		if id := resolveSandbox(r, ref); id != ref {
+			ref = "sandbox:" + id
+		}
 	}
 	return ref, nil
 }
@@ -128,8 +140,9 @@ func (h *handler) merge(ms MergeService, w http.ResponseWriter, r *http.Request)
 		return err
 	}
 	if !sandboxIDRe.MatchString(req.From) {
-		return errorf("from must be a sandbox id")
+		return errorf("from must be a sandbox id or name")
 	}
+	req.From = resolveSandbox(r, req.From)
 	res, err := ms.Merge(r.Context(), id, req)
 	if err != nil && errors.Is(err, errdefs.ErrConflict) && len(res.Conflicts) > 0 {
 		// The conflicts are the answer: send them with the error.

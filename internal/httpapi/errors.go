@@ -57,6 +57,7 @@ func publicError(err error, requestID string) (int, api.Error) {
 		e.Message = err.Error()
 	case status < 500:
 		e.Message = err.Error()
+		e.Reason = errdefs.Reason(err)
 	case status == http.StatusServiceUnavailable:
 		e.Message = "service unavailable"
 	case status == http.StatusNotImplemented:

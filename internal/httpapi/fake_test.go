@@ -74,6 +74,14 @@ func (f *fakeService) CreateSandbox(ctx context.Context, req api.CreateSandboxRe
 func (f *fakeService) ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error) {
 	return []api.Sandbox{sandbox("a"), sandbox("b")}, f.call("ListSandboxes", labels)
 }
+
+// ResolveSandbox knows one name: "web1", of sandbox "sb-web1".
+func (f *fakeService) ResolveSandbox(ctx context.Context, ref string) string {
+	if ref == "web1" {
+		return "sb-web1"
+	}
+	return ref
+}
 func (f *fakeService) GetSandbox(ctx context.Context, id string) (api.Sandbox, error) {
 	if err := f.call("GetSandbox", id); err != nil {
 		return api.Sandbox{}, err

@@ -143,6 +143,8 @@ type reqState struct {
 	id   string
 	err  error     // the error behind an error response, for the log line
 	resp *recorder // the response; nil outside ServeHTTP
+	// resolve turns a sandbox name into its id (Service.ResolveSandbox).
+	resolve func(ctx context.Context, ref string) string
 }
 
 // started reports whether the response's header has been written: from
@@ -172,7 +174,7 @@ func newRequestID() string {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w}
-	rs := &reqState{id: newRequestID(), resp: rec}
+	rs := &reqState{id: newRequestID(), resp: rec, resolve: h.svc.ResolveSandbox}
 	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, rs))
 	hdr := w.Header()
 	if !h.opts.RequireAuth {

@@ -477,3 +477,28 @@ func TestHostAndOrigin(t *testing.T) {
 		t.Errorf("allowed host *: %d", got)
 	}
 }
+
+// A sandbox's name works wherever its id does: the edge resolves the {id}
+// of every route through Service.ResolveSandbox before the call.
+func TestSandboxNameResolvedAtTheEdge(t *testing.T) {
+	f := &fakeService{}
+	h, _ := newTestHandler(t, f, Options{})
+	if rec := do(h, "GET", "/v1/sandboxes/web1", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"id":"sb-web1"`) {
+		t.Fatalf("GET by name: %d %s", rec.Code, rec.Body)
+	}
+	for _, c := range []struct{ method, target, body, call string }{
+		{"DELETE", "/v1/sandboxes/web1", "", "DeleteSandbox"},
+		{"GET", "/v1/sandboxes/web1/processes", "", "ListProcesses"},
+		{"POST", "/v1/sandboxes/web1/processes/7/signal", `{"signal":"TERM"}`, "Signal"},
+	} {
+		rec := do(h, c.method, c.target, c.body, "Content-Type", "application/json")
+		name, args := f.lastCall()
+		if rec.Code >= 300 || name != c.call || len(args) == 0 || args[0] != "sb-web1" {
+			t.Errorf("%s %s: %d %s; call %s%v, want %s(sb-web1, ...)", c.method, c.target, rec.Code, rec.Body, name, args, c.call)
+		}
+	}
+	// An unknown name reaches the service unchanged (its not-found).
+	if rec := do(h, "GET", "/v1/sandboxes/missing", ""); rec.Code != 404 {
+		t.Errorf("GET unknown name: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -141,6 +141,9 @@ func (x runHandlers) list(w http.ResponseWriter, r *http.Request) error {
 	if sb != "" && !sandboxIDRe.MatchString(sb) {
 		return errorf("invalid sandbox id %q", clip(sb))
 	}
+	if sb != "" {
+		sb = resolveSandbox(r, sb)
+	}
 	switch trig {
 	case "", api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook:
 	default:
@@ -185,6 +188,9 @@ func usageQuery(r *http.Request) (string, time.Time, error) {
 	sb := q.Get("sandbox")
 	if sb != "" && !sandboxIDRe.MatchString(sb) {
 		return "", time.Time{}, errorf("invalid sandbox id %q", clip(sb))
+	}
+	if sb != "" {
+		sb = resolveSandbox(r, sb)
 	}
 	var since time.Time
 	if s := q.Get("since"); s != "" {

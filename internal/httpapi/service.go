@@ -45,6 +45,13 @@ type Service interface {
 	// ListSandboxes returns the sandboxes whose labels include every
 	// key/value of labels (nil or empty: all sandboxes).
 	ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error)
+	// ResolveSandbox returns the id of the sandbox ref designates for the
+	// caller of ctx: ref when it is a sandbox id, else the id of the
+	// caller's sandbox named ref. A ref of neither is returned unchanged
+	// (the call it is then passed to reports it not found). The edge
+	// resolves every {id} path value through it, so every route that
+	// takes a sandbox id takes its name too.
+	ResolveSandbox(ctx context.Context, ref string) string
 	// GetSandbox returns one sandbox.
 	GetSandbox(ctx context.Context, id string) (api.Sandbox, error)
 	// DeleteSandbox destroys a sandbox and everything it holds.

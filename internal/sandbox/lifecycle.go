@@ -145,8 +145,10 @@ func (m *Manager) resolveLifecycle(req *api.CreateSandboxRequest) error {
 	default:
 		return fmt.Errorf("lifecycle %q must be %q or %q: %w", req.Lifecycle, api.LifecycleSession, api.LifecyclePersistent, errdefs.ErrInvalidArgument)
 	}
-	if req.Name != "" && !idRE.MatchString(req.Name) {
-		return fmt.Errorf("name %q must match %s: %w", req.Name, idRE, errdefs.ErrInvalidArgument)
+	if req.Name != "" {
+		if err := ValidName(req.Name); err != nil {
+			return err
+		}
 	}
 	eff := api.IdlePolicy{PauseAfterSeconds: int64(DefaultPauseAfter / time.Second)}
 	if req.Lifecycle == api.LifecycleSession {

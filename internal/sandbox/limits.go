@@ -200,36 +200,55 @@ func (m *Manager) noteOOM(ctx context.Context, id string, n int64) {
 
 // checkOOM samples sandbox b's OOM counter after a process exited killed:
 // an OOM kill is reported as an event even when nobody inspects the
-// sandbox.
-func (m *Manager) checkOOM(b *box) {
-	b.mu.Lock()
-	rt, id := b.rt, b.rec.Sandbox.ID
-	b.mu.Unlock()
-	if sr, ok := rt.(runtime.StatsReader); ok {
-		if st, err := sr.Stats(context.Background()); err == nil {
-			m.noteOOM(context.Background(), id, st.OOMKills)
-		}
+// sandbox. It returns the count, and false when it could not be read.
+func (m *Manager) checkOOM(b *box) (int64, bool) {
+	n, ok := m.oomKills(b)
+	if ok {
+		m.noteOOM(context.Background(), b.id(), n)
 	}
+	return n, ok
+}
+
+// oomKills reads sandbox b's OOM kill count from its backend; false when
+// the backend does not report it (or the sandbox has no guest).
+func (m *Manager) oomKills(b *box) (int64, bool) {
+	b.mu.Lock()
+	rt := b.rt
+	b.mu.Unlock()
+	sr, ok := rt.(runtime.StatsReader)
+	if !ok {
+		return 0, false
+	}
+	st, err := sr.Stats(context.Background())
+	if err != nil {
+		return 0, false
+	}
+	return st.OOMKills, true
 }
 
 // watchOOM wraps an exec or attach stream: a process that exits killed by
 // SIGKILL (what the OOM killer sends) makes the Manager sample the OOM
-// counter.
+// counter, and when the sandbox's OOM kill count grew while the stream was
+// open, the exit event says OOMKilled.
 func (m *Manager) watchOOM(b *box, s execstream.Stream) execstream.Stream {
-	return &oomStream{Stream: s, m: m, b: b}
+	before, _ := m.oomKills(b)
+	return &oomStream{Stream: s, m: m, b: b, before: before}
 }
 
 type oomStream struct {
 	execstream.Stream
-	m *Manager
-	b *box
+	m      *Manager
+	b      *box
+	before int64 // the sandbox's OOM kills when the stream opened
 }
 
 // Next implements execstream.Stream.
 func (s *oomStream) Next() (api.ExecEvent, error) {
 	ev, err := s.Stream.Next()
-	if err == nil && ev.Type == api.EventExit && ev.Signal == "KILL" {
-		s.m.checkOOM(s.b)
+	if err == nil && ev.Type == api.EventExit && ev.Signal == "KILL" && !ev.TimedOut {
+		if n, ok := s.m.checkOOM(s.b); ok && n > s.before {
+			ev.OOMKilled = true
+		}
 	}
 	return ev, err
 }

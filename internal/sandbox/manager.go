@@ -330,10 +330,14 @@ func cloneMap(m map[string]string) map[string]string {
 	return out
 }
 
-// newID returns a fresh sandbox id: 12 characters of [a-z0-9].
+// idLen is the length of the ids newID makes.
+const idLen = 12
+
+// newID returns a fresh sandbox id: idLen characters of [a-z0-9]
+// (ValidName keeps names from having this shape).
 func newID() string {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	var buf [12]byte
+	var buf [idLen]byte
 	if _, err := rand.Read(buf[:]); err != nil {
 		panic(err) // crypto/rand never fails on Linux
 	}

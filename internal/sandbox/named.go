@@ -1,8 +1,13 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"strings"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -20,13 +25,16 @@ func (m *Manager) CreateSandbox(ctx context.Context, req api.CreateSandboxReques
 
 // CreateOrGetSandbox creates and starts a sandbox from a template with the
 // lifecycle preset and idle policy req asks for. When req names a
-// sandbox that exists (names are unique among live sandboxes), that one is
-// returned instead, woken (restarted if its guest had stopped), and created
-// is false; a different explicit template is ErrConflict. It returns once
-// the sandbox's guest answers. On error nothing of a new sandbox is left
-// behind.
+// sandbox that exists (names are unique among a tenant's live sandboxes),
+// that one is returned instead, woken (restarted if its guest had
+// stopped), and created is false; when req explicitly asks for options
+// the existing sandbox does not have (template, runtime, resources,
+// lifecycle, idle policy, network, env, labels, hostname, timeout), it is
+// ErrConflict naming every option that differs, and nothing changes. It
+// returns once the sandbox's guest answers. On error nothing of a new
+// sandbox is left behind.
 func (m *Manager) CreateOrGetSandbox(ctx context.Context, req api.CreateSandboxRequest) (_ api.Sandbox, created bool, _ error) {
-	explicitRuntime := req.Runtime
+	asked := req // the options as asked, before defaults fill them in
 	if _, err := m.resolveRuntime(&req); err != nil {
 		return api.Sandbox{}, false, fmt.Errorf("creating sandbox: %w", err)
 	}
@@ -45,11 +53,9 @@ func (m *Manager) CreateOrGetSandbox(ctx context.Context, req api.CreateSandboxR
 		return sb, err == nil, err
 	}
 	sb := b.view()
-	if req.Template != "" && req.Template != sb.Template {
-		return api.Sandbox{}, false, fmt.Errorf("sandbox %q exists with template %s, not %s: %w", req.Name, sb.Template, req.Template, errdefs.ErrConflict)
-	}
-	if explicitRuntime != "" && req.Runtime != sb.Backend {
-		return api.Sandbox{}, false, fmt.Errorf("sandbox %q exists on runtime %s, not %s: %w", req.Name, sb.Backend, req.Runtime, errdefs.ErrConflict)
+	if diff := m.optionsDiffer(ctx, asked, req, sb); len(diff) > 0 {
+		return api.Sandbox{}, false, fmt.Errorf("sandbox %q exists with other options: %s (delete it, or create it under another name): %w",
+			req.Name, strings.Join(diff, "; "), errdefs.ErrConflict)
 	}
 	b.life.Lock()
 	err := m.wakeLocked(ctx, b, api.CauseWake, "create by name", true)
@@ -142,5 +148,137 @@ func (m *Manager) keepCold(ctx context.Context, rec store.SandboxRecord, why err
 	}
 	m.onRecover(ctx, b)
 	m.log.WarnContext(ctx, "persistent sandbox's guest is gone; kept hibernated", "sandbox", id, "err", why)
+	return true
+}
+
+// optionsDiffer lists the options asked explicitly for (asked: the
+// request as sent; resolved: with the lifecycle and runtime resolved)
+// that existing sandbox sb does not have, one "option: has X, asked for Y"
+// each. Options left out of the request are never compared.
+func (m *Manager) optionsDiffer(ctx context.Context, asked, resolved api.CreateSandboxRequest, sb api.Sandbox) []string {
+	var diff []string
+	differ := func(option string, has, want any) {
+		diff = append(diff, fmt.Sprintf("%s: has %v, asked for %v", option, has, want))
+	}
+	if asked.Template != "" && asked.Template != sb.Template {
+		differ("template", sb.Template, asked.Template)
+	}
+	if asked.Runtime != "" && resolved.Runtime != sb.Backend {
+		differ("runtime", sb.Backend, resolved.Runtime)
+	}
+	if asked.Lifecycle != "" && asked.Lifecycle != sb.Lifecycle {
+		differ("lifecycle", sb.Lifecycle, asked.Lifecycle)
+	}
+	if asked.Idle != nil && sb.Idle != nil {
+		// The overrides asked for, over the preset of the lifecycle the
+		// sandbox would have (its own when none is asked for).
+		want := api.CreateSandboxRequest{Lifecycle: cmp.Or(asked.Lifecycle, sb.Lifecycle), Idle: asked.Idle, Runtime: sb.Backend}
+		if err := m.resolveLifecycle(&want); err == nil && *want.Idle != *sb.Idle {
+			differ("idle", idleString(*sb.Idle), idleString(*want.Idle))
+		}
+	}
+	has, want := sb.Resources, asked.Resources
+	for _, r := range []struct {
+		option    string
+		has, want any
+		asked     bool
+	}{
+		{"cpus", has.CPUs, want.CPUs, want.CPUs != 0},
+		{"memory_bytes", has.MemoryBytes, want.MemoryBytes, want.MemoryBytes != 0},
+		{"pids_max", has.PidsMax, want.PidsMax, want.PidsMax != 0},
+		{"disk_bytes", has.DiskBytes, want.DiskBytes, want.DiskBytes != 0},
+		{"disk_inodes", has.DiskInodes, want.DiskInodes, want.DiskInodes != 0},
+		{"open_files", has.OpenFiles, want.OpenFiles, want.OpenFiles != 0},
+	} {
+		if r.asked && r.has != r.want {
+			differ(r.option, r.has, r.want)
+		}
+	}
+	for k, v := range asked.Env {
+		if cur, ok := sb.Env[k]; !ok || cur != v {
+			diff = append(diff, fmt.Sprintf("env: %s differs", k))
+		}
+	}
+	if asked.Labels != nil && !maps.Equal(asked.Labels, sb.Labels) {
+		differ("labels", sb.Labels, asked.Labels)
+	}
+	if asked.Hostname != "" && asked.Hostname != sb.Hostname {
+		differ("hostname", sb.Hostname, asked.Hostname)
+	}
+	if asked.TimeoutSeconds != 0 {
+		var cur int64
+		if sb.ExpiresAt != nil {
+			cur = int64(sb.ExpiresAt.Sub(sb.CreatedAt).Round(time.Second) / time.Second)
+		}
+		if cur != asked.TimeoutSeconds {
+			differ("timeout_seconds", cur, asked.TimeoutSeconds)
+		}
+	}
+	if asked.Network != nil {
+		// Compared as the create would store it (normalised by the
+		// network extension).
+		cp := api.CreateSandboxRequest{Network: asked.Network}
+		if err := m.prepare(ctx, &cp); err != nil {
+			diff = append(diff, fmt.Sprintf("network: %v", err))
+		} else if a, b := jsonOf(cp.Network), jsonOf(sb.Network); a != b {
+			differ("network", b, a)
+		}
+	}
+	return diff
+}
+
+func idleString(p api.IdlePolicy) string {
+	return fmt.Sprintf("pause after %ds, hibernate after %ds, delete after %ds", p.PauseAfterSeconds, p.HibernateAfterSeconds, p.DeleteAfterSeconds)
+}
+
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v) // plain structs of strings and numbers
+	if string(b) == "null" {
+		return "{}"
+	}
+	return string(b)
+}
+
+// ResolveSandbox returns the id of the sandbox ref designates for the
+// caller of ctx: ref itself when it is the id of a sandbox the caller
+// sees, else the id of the caller's own live sandbox named ref. Anything
+// else (an unknown ref, another tenant's name) is returned unchanged, so
+// that the call it is passed to reports it not found exactly like an
+// unknown id. Ids and names cannot be mistaken for each other: a name
+// never has the shape of an id (ValidName).
+func (m *Manager) ResolveSandbox(ctx context.Context, ref string) string {
+	if _, err := m.get(ctx, ref); err == nil {
+		return ref
+	}
+	if b := m.byName(tenant.From(ctx).Tenant, ref); b != nil && !b.isHidden() {
+		return b.id()
+	}
+	return ref
+}
+
+// ValidName checks a sandbox name: the shape of an id
+// (^[a-z0-9][a-z0-9-]{0,63}$) without being one that newID could make
+// (12 characters of [a-z0-9]), so that a name is never another sandbox's
+// id.
+func ValidName(name string) error {
+	if !idRE.MatchString(name) {
+		return fmt.Errorf("name %q must match %s: %w", name, idRE, errdefs.ErrInvalidArgument)
+	}
+	if looksLikeID(name) {
+		return fmt.Errorf("name %q could be read as a sandbox id (12 letters and digits): add a hyphen or change its length: %w", name, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// looksLikeID reports whether s has the shape of the ids newID makes.
+func looksLikeID(s string) bool {
+	if len(s) != idLen {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
 	return true
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 	"github.com/agentbox/agentbox/internal/validate"
 )
 
@@ -26,7 +27,8 @@ const (
 )
 
 // ForkCheckpoint creates req.Count (default 1) sandboxes from checkpoint
-// cid. Each runs on the checkpoint's layers with its own empty writable
+// cid: a checkpoint id, or a name (the newest of the caller's own
+// checkpoints of that name, as Restore resolves names). Each runs on the checkpoint's layers with its own empty writable
 // layer, and has a fresh identity: new id and hostname, and its own
 // /etc/machine-id and /var/lib/systemd/random-seed, never the source's.
 // Forks inherit the source sandbox's template, resources and environment
@@ -37,7 +39,11 @@ func (m *Snapshots) ForkCheckpoint(ctx context.Context, cid string, req api.Fork
 	if err := validateFork(&req); err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", cid, err)
 	}
-	ck, err := m.checkpointRecord(ctx, cid)
+	// Resolved as restore resolves its checkpoint: an id, else the
+	// newest of the caller's own checkpoints of that name (names are per
+	// tenant, like sandbox names).
+	owner := tenant.Owner(tenant.From(ctx).Tenant)
+	ck, err := m.findCheckpointNamed(ctx, cid, func(c api.Checkpoint) bool { return tenant.Owner(c.Tenant) == owner })
 	if err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking: %w", err)
 	}

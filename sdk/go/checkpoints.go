@@ -2,7 +2,6 @@ package agentbox
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 
@@ -33,7 +32,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string) (Checkpoint, erro
 func (s *Sandbox) CheckpointWith(ctx context.Context, opts CheckpointOptions) (Checkpoint, error) {
 	var ck Checkpoint
 	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/checkpoints"), json: opts}, &ck); err != nil {
-		return Checkpoint{}, fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
+		return Checkpoint{}, wrapf(err, "checkpointing sandbox %s", s.id)
 	}
 	return ck, nil
 }
@@ -42,7 +41,7 @@ func (s *Sandbox) CheckpointWith(ctx context.Context, opts CheckpointOptions) (C
 func (s *Sandbox) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
 	var list api.CheckpointList
 	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("/checkpoints")}, &list); err != nil {
-		return nil, fmt.Errorf("listing checkpoints of sandbox %s: %w", s.id, err)
+		return nil, wrapf(err, "listing checkpoints of sandbox %s", s.id)
 	}
 	return list.Checkpoints, nil
 }
@@ -53,7 +52,7 @@ func (s *Sandbox) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
 func (s *Sandbox) Restore(ctx context.Context, checkpoint string) (api.RestoreResult, error) {
 	var res api.RestoreResult
 	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/restore"), json: api.RestoreRequest{Checkpoint: checkpoint}}, &res); err != nil {
-		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: %w", s.id, err)
+		return api.RestoreResult{}, wrapf(err, "restoring sandbox %s", s.id)
 	}
 	s.mu.Lock()
 	s.info = res.Sandbox
@@ -66,7 +65,7 @@ func (s *Sandbox) Restore(ctx context.Context, checkpoint string) (api.RestoreRe
 func (s *Sandbox) Fork(ctx context.Context, n int, opts ...ForkOptions) ([]*Sandbox, error) {
 	var res api.ForkResult
 	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/fork"), json: forkRequest(n, opts)}, &res); err != nil {
-		return nil, fmt.Errorf("forking sandbox %s: %w", s.id, err)
+		return nil, wrapf(err, "forking sandbox %s", s.id)
 	}
 	return s.c.sandboxes(res.Sandboxes), nil
 }
@@ -75,7 +74,7 @@ func (s *Sandbox) Fork(ctx context.Context, n int, opts ...ForkOptions) ([]*Sand
 func (c *Client) Fork(ctx context.Context, cid string, n int, opts ...ForkOptions) ([]*Sandbox, error) {
 	var res api.ForkResult
 	if err := c.call(ctx, request{method: http.MethodPost, path: checkpointPath(cid) + "/fork", json: forkRequest(n, opts)}, &res); err != nil {
-		return nil, fmt.Errorf("forking checkpoint %s: %w", cid, err)
+		return nil, wrapf(err, "forking checkpoint %s", cid)
 	}
 	return c.sandboxes(res.Sandboxes), nil
 }
@@ -84,7 +83,7 @@ func (c *Client) Fork(ctx context.Context, cid string, n int, opts ...ForkOption
 func (c *Client) Checkpoint(ctx context.Context, cid string) (Checkpoint, error) {
 	var ck Checkpoint
 	if err := c.call(ctx, request{method: http.MethodGet, path: checkpointPath(cid)}, &ck); err != nil {
-		return Checkpoint{}, fmt.Errorf("getting checkpoint %s: %w", cid, err)
+		return Checkpoint{}, wrapf(err, "getting checkpoint %s", cid)
 	}
 	return ck, nil
 }
@@ -93,7 +92,7 @@ func (c *Client) Checkpoint(ctx context.Context, cid string) (Checkpoint, error)
 func (c *Client) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
 	var list api.CheckpointList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/checkpoints"}, &list); err != nil {
-		return nil, fmt.Errorf("listing checkpoints: %w", err)
+		return nil, wrapf(err, "listing checkpoints")
 	}
 	return list.Checkpoints, nil
 }
@@ -102,7 +101,7 @@ func (c *Client) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
 // runs on it.
 func (c *Client) DeleteCheckpoint(ctx context.Context, cid string) error {
 	if err := c.call(ctx, request{method: http.MethodDelete, path: checkpointPath(cid)}, nil); err != nil {
-		return fmt.Errorf("deleting checkpoint %s: %w", cid, err)
+		return wrapf(err, "deleting checkpoint %s", cid)
 	}
 	return nil
 }

@@ -253,7 +253,7 @@ func (c *Client) call(ctx context.Context, r request, out any) error {
 		return nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return &ConnectionError{Host: c.host, Op: r.method + " " + r.path, Err: fmt.Errorf("decoding response: %w", err)}
+		return &ConnectionError{Host: c.host, Op: r.method + " " + r.path, Err: wrapf(err, "decoding response")}
 	}
 	return nil
 }
@@ -264,7 +264,7 @@ func (c *Client) Health(ctx context.Context) error {
 		Status string `json:"status"`
 	}
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/health"}, &out); err != nil {
-		return fmt.Errorf("checking daemon health: %w", err)
+		return wrapf(err, "checking daemon health")
 	}
 	if out.Status != "ok" {
 		return fmt.Errorf("checking daemon health: daemon reports status %q", out.Status)
@@ -276,7 +276,7 @@ func (c *Client) Health(ctx context.Context) error {
 func (c *Client) Info(ctx context.Context) (api.Info, error) {
 	var info api.Info
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/info"}, &info); err != nil {
-		return api.Info{}, fmt.Errorf("getting daemon info: %w", err)
+		return api.Info{}, wrapf(err, "getting daemon info")
 	}
 	return info, nil
 }

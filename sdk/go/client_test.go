@@ -244,3 +244,31 @@ func TestTemplates(t *testing.T) {
 		t.Fatalf("failing build: %v", err)
 	}
 }
+
+// The SDK adds its context to an error unless the daemon's message already
+// starts with it: a message never says "exec in sandbox X" twice. The
+// reason of an error is kept.
+func TestErrorContextOnce(t *testing.T) {
+	srv := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"code":"not_found","message":"exec in sandbox sb-1: guest exec: executable \"x\" not found in PATH: not found","request_id":"r1","reason":"command_not_found"}`))
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	c := newClient(t, "http://"+ln.Addr().String())
+	_, err = c.Sandbox("sb-1").Run(context.Background(), "x")
+	var apiErr *agentbox.APIError
+	if !errors.As(err, &apiErr) || apiErr.Reason != agentbox.ReasonCommandNotFound || strings.Count(err.Error(), "exec in sandbox") != 1 {
+		t.Fatalf("Run = %v (%+v), want the daemon's message once, with its reason", err, apiErr)
+	}
+	// Context the daemon's message lacks is added.
+	_, err = c.Get(context.Background(), "sb-1")
+	if !strings.HasPrefix(err.Error(), "getting sandbox sb-1: exec in sandbox") {
+		t.Fatalf("Get = %v, want the SDK's context first", err)
+	}
+}

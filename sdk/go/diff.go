@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -48,7 +47,7 @@ func (c *Client) DiffWith(ctx context.Context, from, to string, opts DiffOptions
 	}
 	var d Diff
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/diff", query: q}, &d); err != nil {
-		return Diff{}, fmt.Errorf("diff %s %s: %w", from, to, err)
+		return Diff{}, wrapf(err, "diff %s %s", from, to)
 	}
 	return d, nil
 }
@@ -59,7 +58,7 @@ func (c *Client) DiffWith(ctx context.Context, from, to string, opts DiffOptions
 func (s *Sandbox) TreeHash(ctx context.Context) (string, error) {
 	var th api.TreeHash
 	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("/treehash")}, &th); err != nil {
-		return "", fmt.Errorf("hashing sandbox %s: %w", s.id, err)
+		return "", wrapf(err, "hashing sandbox %s", s.id)
 	}
 	return th.TreeHash, nil
 }
@@ -106,7 +105,7 @@ func (s *Sandbox) Merge(ctx context.Context, from string, opts MergeOptions) (Me
 		}
 	}
 	if err != nil {
-		return MergeResult{}, fmt.Errorf("merging %s into %s: %w", from, s.id, err)
+		return MergeResult{}, wrapf(err, "merging %s into %s", from, s.id)
 	}
 	return res, nil
 }
@@ -117,7 +116,7 @@ func (s *Sandbox) Merge(ctx context.Context, from string, opts MergeOptions) (Me
 func (s *Sandbox) SaveTemplate(ctx context.Context, name string) (TemplateVersion, error) {
 	var v TemplateVersion
 	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/template"), json: api.SaveTemplateRequest{Name: name}}, &v); err != nil {
-		return TemplateVersion{}, fmt.Errorf("saving sandbox %s as template %s: %w", s.id, name, err)
+		return TemplateVersion{}, wrapf(err, "saving sandbox %s as template %s", s.id, name)
 	}
 	return v, nil
 }
@@ -126,7 +125,7 @@ func (s *Sandbox) SaveTemplate(ctx context.Context, name string) (TemplateVersio
 func (c *Client) TemplateVersions(ctx context.Context, name string) ([]TemplateVersion, error) {
 	var list api.TemplateVersionList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/templates/" + url.PathEscape(name) + "/versions"}, &list); err != nil {
-		return nil, fmt.Errorf("listing versions of template %s: %w", name, err)
+		return nil, wrapf(err, "listing versions of template %s", name)
 	}
 	return list.Versions, nil
 }

@@ -34,6 +34,16 @@ const (
 	CodeInternal           = "internal"
 )
 
+// Reasons of APIError.Reason.
+const (
+	// ReasonCommandNotFound: the executable of an exec does not exist
+	// (Code not_found). The CLI exits 127, as shells do.
+	ReasonCommandNotFound = "command_not_found"
+	// ReasonCommandNotExecutable: it exists but cannot be executed (Code
+	// permission_denied). The CLI exits 126.
+	ReasonCommandNotExecutable = "command_not_executable"
+)
+
 // APIError is an error reported by the daemon: a non-2xx response, or an
 // error event at the end of an exec, attach or build stream (Status 0).
 type APIError struct {
@@ -41,6 +51,9 @@ type APIError struct {
 	Code      string // stable category, one of the Code* constants
 	Message   string // human-readable, safe to show
 	RequestID string // matches the daemon's log line
+	// Reason refines Code where it matters to a caller: ReasonCommandNotFound,
+	// ReasonCommandNotExecutable; "" for most errors.
+	Reason string
 
 	body       []byte        // the response body (bounded), for calls whose errors carry more
 	retryAfter time.Duration // from the Retry-After header of a 429 or 503
@@ -103,7 +116,7 @@ func decodeError(resp *http.Response) error {
 	e.body = b
 	var body api.Error
 	if json.Unmarshal(b, &body) == nil && (body.Code != "" || body.Message != "") {
-		e.Code, e.Message = body.Code, body.Message
+		e.Code, e.Message, e.Reason = body.Code, body.Message, body.Reason
 		if body.RequestID != "" {
 			e.RequestID = body.RequestID
 		}
@@ -144,7 +157,7 @@ func streamError(e *api.Error) error {
 	if e == nil {
 		return &APIError{Code: CodeInternal, Message: "daemon reported an error without details"}
 	}
-	return &APIError{Code: e.Code, Message: e.Message, RequestID: e.RequestID}
+	return &APIError{Code: e.Code, Message: e.Message, RequestID: e.RequestID, Reason: e.Reason}
 }
 
 func codeForStatus(status int) string {
@@ -222,4 +235,18 @@ func RequestID(err error) string {
 		return e.RequestID
 	}
 	return ""
+}
+
+// wrapf returns err with context (format and args: the call the SDK was
+// making), "getting sandbox X: <err>". The daemon's message of an error
+// may already begin with that very context (its services name the
+// operation and the sandbox: "exec in sandbox X: ..."); then err is
+// returned as it is, so that a message never says it twice. errors.As and
+// the Is* helpers work on the result either way.
+func wrapf(err error, format string, args ...any) error {
+	context := fmt.Sprintf(format, args...)
+	if ae, ok := err.(*APIError); ok && strings.HasPrefix(ae.Message, context+": ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", context, err)
 }

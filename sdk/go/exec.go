@@ -3,7 +3,6 @@ package agentbox
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -21,6 +20,9 @@ type Result struct {
 	ExitCode int    // -1 when killed by a signal
 	Signal   string // e.g. "KILL" when killed by a signal
 	TimedOut bool   // killed because its timeout expired
+	// OOMKilled: killed by the sandbox's out-of-memory killer (its memory
+	// limit was reached while the command ran).
+	OOMKilled bool
 	// Checkpoint is the id of the checkpoint taken before the command
 	// (WithCheckpoint, WithRollbackOnFailure); RolledBack says the sandbox
 	// was restored to it because the command failed.
@@ -91,12 +93,12 @@ func (s *Sandbox) Exec(ctx context.Context, req api.ExecRequest, st Streams) (*R
 	req.Background = false
 	resp, err := s.c.send(ctx, request{method: http.MethodPost, path: s.path("/exec"), json: req})
 	if err != nil {
-		return nil, fmt.Errorf("exec in sandbox %s: %w", s.id, err)
+		return nil, wrapf(err, "exec in sandbox %s", s.id)
 	}
 	defer resp.Body.Close()
 	res, err := s.follow(resp.Body, 0, st)
 	if err != nil {
-		return res, fmt.Errorf("exec in sandbox %s: %w", s.id, err)
+		return res, wrapf(err, "exec in sandbox %s", s.id)
 	}
 	return res, nil
 }
@@ -108,7 +110,7 @@ func (s *Sandbox) Start(ctx context.Context, req api.ExecRequest) (*Process, err
 	req.Background = true
 	var p api.Process
 	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/exec"), json: req}, &p); err != nil {
-		return nil, fmt.Errorf("starting process in sandbox %s: %w", s.id, err)
+		return nil, wrapf(err, "starting process in sandbox %s", s.id)
 	}
 	return &Process{sb: s, pid: p.Pid, info: p}, nil
 }
@@ -119,12 +121,12 @@ func (s *Sandbox) Attach(ctx context.Context, pid int, replay bool, st Streams) 
 	q := url.Values{"replay": {strconv.FormatBool(replay)}}
 	resp, err := s.c.send(ctx, request{method: http.MethodGet, path: s.procPath(pid, "/attach"), query: q})
 	if err != nil {
-		return nil, fmt.Errorf("attaching to process %d in sandbox %s: %w", pid, s.id, err)
+		return nil, wrapf(err, "attaching to process %d in sandbox %s", pid, s.id)
 	}
 	defer resp.Body.Close()
 	res, err := s.follow(resp.Body, pid, st)
 	if err != nil {
-		return res, fmt.Errorf("attaching to process %d in sandbox %s: %w", pid, s.id, err)
+		return res, wrapf(err, "attaching to process %d in sandbox %s", pid, s.id)
 	}
 	return res, nil
 }
@@ -133,7 +135,7 @@ func (s *Sandbox) Attach(ctx context.Context, pid int, replay bool, st Streams) 
 func (s *Sandbox) Processes(ctx context.Context) ([]api.Process, error) {
 	var list api.ProcessList
 	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("/processes")}, &list); err != nil {
-		return nil, fmt.Errorf("listing processes of sandbox %s: %w", s.id, err)
+		return nil, wrapf(err, "listing processes of sandbox %s", s.id)
 	}
 	return list.Processes, nil
 }
@@ -199,7 +201,7 @@ func (s *Sandbox) follow(body io.Reader, pid int, st Streams) (*Result, error) {
 			}
 			if _, err := w.Write(ev.Data); err != nil {
 				collect()
-				return res, fmt.Errorf("writing %s: %w", ev.Type, err)
+				return res, wrapf(err, "writing %s", ev.Type)
 			}
 		case api.EventExit:
 			collect()
@@ -207,7 +209,7 @@ func (s *Sandbox) follow(body io.Reader, pid int, st Streams) (*Result, error) {
 			if ev.ExitCode != nil {
 				res.ExitCode = *ev.ExitCode
 			}
-			res.Signal, res.TimedOut = ev.Signal, ev.TimedOut
+			res.Signal, res.TimedOut, res.OOMKilled = ev.Signal, ev.TimedOut, ev.OOMKilled
 			res.Checkpoint, res.RolledBack = ev.Checkpoint, ev.RolledBack
 			return res, nil
 		case api.EventError:
@@ -240,7 +242,7 @@ func (p *Process) Sandbox() *Sandbox { return p.sb }
 func (p *Process) Signal(ctx context.Context, sig string) error {
 	err := p.sb.c.call(ctx, request{method: http.MethodPost, path: p.sb.procPath(p.pid, "/signal"), json: api.SignalRequest{Signal: sig}}, nil)
 	if err != nil {
-		return fmt.Errorf("signalling process %d in sandbox %s: %w", p.pid, p.sb.id, err)
+		return wrapf(err, "signalling process %d in sandbox %s", p.pid, p.sb.id)
 	}
 	return nil
 }
@@ -249,7 +251,7 @@ func (p *Process) Signal(ctx context.Context, sig string) error {
 func (p *Process) Resize(ctx context.Context, rows, cols uint16) error {
 	err := p.sb.c.call(ctx, request{method: http.MethodPost, path: p.sb.procPath(p.pid, "/resize"), json: api.ResizeRequest{Rows: rows, Cols: cols}}, nil)
 	if err != nil {
-		return fmt.Errorf("resizing terminal of process %d in sandbox %s: %w", p.pid, p.sb.id, err)
+		return wrapf(err, "resizing terminal of process %d in sandbox %s", p.pid, p.sb.id)
 	}
 	return nil
 }
@@ -262,7 +264,7 @@ func (p *Process) WriteStdin(ctx context.Context, r io.Reader, close bool) error
 	err := p.sb.c.call(ctx, request{method: http.MethodPost, path: p.sb.procPath(p.pid, "/stdin"), query: q,
 		body: r, ctype: "application/octet-stream", size: -1}, nil)
 	if err != nil {
-		return fmt.Errorf("writing stdin of process %d in sandbox %s: %w", p.pid, p.sb.id, err)
+		return wrapf(err, "writing stdin of process %d in sandbox %s", p.pid, p.sb.id)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	defer rc.Close()
 	b, err := io.ReadAll(rc)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s in sandbox %s: %w", path, s.id, err)
+		return nil, wrapf(err, "reading %s in sandbox %s", path, s.id)
 	}
 	return b, nil
 }
@@ -33,7 +33,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
 func (s *Sandbox) OpenFile(ctx context.Context, path string) (io.ReadCloser, error) {
 	resp, err := s.c.send(ctx, request{method: http.MethodGet, path: s.path("/files"), query: url.Values{"path": {path}}})
 	if err != nil {
-		return nil, fmt.Errorf("opening %s in sandbox %s: %w", path, s.id, err)
+		return nil, wrapf(err, "opening %s in sandbox %s", path, s.id)
 	}
 	return resp.Body, nil
 }
@@ -63,7 +63,7 @@ func (s *Sandbox) writeFile(ctx context.Context, path string, r io.Reader, size 
 	err := s.c.call(ctx, request{method: http.MethodPut, path: s.path("/files"), query: q,
 		body: r, ctype: "application/octet-stream", size: size}, &fi)
 	if err != nil {
-		return fmt.Errorf("writing %s in sandbox %s: %w", path, s.id, err)
+		return wrapf(err, "writing %s in sandbox %s", path, s.id)
 	}
 	return nil
 }
@@ -87,7 +87,7 @@ func modeSpecial(m os.FileMode) uint32 {
 func (s *Sandbox) Stat(ctx context.Context, path string) (api.FileInfo, error) {
 	var fi api.FileInfo
 	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("/fs/stat"), query: url.Values{"path": {path}}}, &fi); err != nil {
-		return api.FileInfo{}, fmt.Errorf("stat %s in sandbox %s: %w", path, s.id, err)
+		return api.FileInfo{}, wrapf(err, "stat %s in sandbox %s", path, s.id)
 	}
 	return fi, nil
 }
@@ -96,7 +96,7 @@ func (s *Sandbox) Stat(ctx context.Context, path string) (api.FileInfo, error) {
 func (s *Sandbox) ListDir(ctx context.Context, path string) ([]api.FileInfo, error) {
 	var list api.FileList
 	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("/fs/list"), query: url.Values{"path": {path}}}, &list); err != nil {
-		return nil, fmt.Errorf("listing %s in sandbox %s: %w", path, s.id, err)
+		return nil, wrapf(err, "listing %s in sandbox %s", path, s.id)
 	}
 	return list.Entries, nil
 }
@@ -106,7 +106,7 @@ func (s *Sandbox) ListDir(ctx context.Context, path string) ([]api.FileInfo, err
 func (s *Sandbox) Mkdir(ctx context.Context, path string, parents bool) error {
 	var fi api.FileInfo
 	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/fs/mkdir"), json: api.MkdirRequest{Path: path, Parents: parents}}, &fi); err != nil {
-		return fmt.Errorf("creating directory %s in sandbox %s: %w", path, s.id, err)
+		return wrapf(err, "creating directory %s in sandbox %s", path, s.id)
 	}
 	return nil
 }
@@ -114,7 +114,7 @@ func (s *Sandbox) Mkdir(ctx context.Context, path string, parents bool) error {
 // Move renames from to to inside the sandbox.
 func (s *Sandbox) Move(ctx context.Context, from, to string) error {
 	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/fs/move"), json: api.MoveRequest{From: from, To: to}}, nil); err != nil {
-		return fmt.Errorf("moving %s to %s in sandbox %s: %w", from, to, s.id, err)
+		return wrapf(err, "moving %s to %s in sandbox %s", from, to, s.id)
 	}
 	return nil
 }
@@ -124,7 +124,7 @@ func (s *Sandbox) Move(ctx context.Context, from, to string) error {
 func (s *Sandbox) Remove(ctx context.Context, path string, recursive bool) error {
 	q := url.Values{"path": {path}, "recursive": {strconv.FormatBool(recursive)}}
 	if err := s.c.call(ctx, request{method: http.MethodDelete, path: s.path("/fs"), query: q}, nil); err != nil {
-		return fmt.Errorf("removing %s in sandbox %s: %w", path, s.id, err)
+		return wrapf(err, "removing %s in sandbox %s", path, s.id)
 	}
 	return nil
 }
@@ -135,7 +135,7 @@ func (s *Sandbox) Remove(ctx context.Context, path string, recursive bool) error
 func (s *Sandbox) DownloadDir(ctx context.Context, path string) (io.ReadCloser, error) {
 	resp, err := s.c.send(ctx, request{method: http.MethodGet, path: s.path("/fs/archive"), query: url.Values{"path": {path}}})
 	if err != nil {
-		return nil, fmt.Errorf("downloading %s from sandbox %s: %w", path, s.id, err)
+		return nil, wrapf(err, "downloading %s from sandbox %s", path, s.id)
 	}
 	return resp.Body, nil
 }
@@ -146,7 +146,7 @@ func (s *Sandbox) UploadDir(ctx context.Context, path string, archive io.Reader)
 	err := s.c.call(ctx, request{method: http.MethodPut, path: s.path("/fs/archive"), query: url.Values{"path": {path}},
 		body: archive, ctype: "application/x-tar", size: -1}, nil)
 	if err != nil {
-		return fmt.Errorf("uploading to %s in sandbox %s: %w", path, s.id, err)
+		return wrapf(err, "uploading to %s in sandbox %s", path, s.id)
 	}
 	return nil
 }

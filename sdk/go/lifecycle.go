@@ -2,7 +2,6 @@ package agentbox
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 
 	"github.com/agentbox/agentbox/api"
@@ -41,7 +40,7 @@ func (s *Sandbox) Hibernate(ctx context.Context) error {
 func (s *Sandbox) lifecycle(ctx context.Context, op string) error {
 	var info api.Sandbox
 	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/" + op)}, &info); err != nil {
-		return fmt.Errorf("%s sandbox %s: %w", op, s.id, err)
+		return wrapf(err, "%s sandbox %s", op, s.id)
 	}
 	s.mu.Lock()
 	s.info = info
@@ -53,7 +52,7 @@ func (s *Sandbox) lifecycle(ctx context.Context, op string) error {
 func (s *Sandbox) Transitions(ctx context.Context) ([]Transition, error) {
 	var list api.TransitionList
 	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("/transitions")}, &list); err != nil {
-		return nil, fmt.Errorf("listing transitions of sandbox %s: %w", s.id, err)
+		return nil, wrapf(err, "listing transitions of sandbox %s", s.id)
 	}
 	return list.Transitions, nil
 }

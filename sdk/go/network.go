@@ -2,7 +2,6 @@ package agentbox
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -19,7 +18,7 @@ type NetworkSpec = api.NetworkSpec
 func (s *Sandbox) SetNetwork(ctx context.Context, spec NetworkSpec) error {
 	var info api.Sandbox
 	if err := s.c.call(ctx, request{method: http.MethodPut, path: s.path("/network"), json: spec}, &info); err != nil {
-		return fmt.Errorf("setting network of sandbox %s: %w", s.id, err)
+		return wrapf(err, "setting network of sandbox %s", s.id)
 	}
 	s.mu.Lock()
 	s.info = info
@@ -36,7 +35,7 @@ func (s *Sandbox) EgressLog(ctx context.Context, limit int) ([]api.EgressRecord,
 	}
 	var out api.EgressLog
 	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("/egress"), query: q}, &out); err != nil {
-		return nil, fmt.Errorf("reading egress log of sandbox %s: %w", s.id, err)
+		return nil, wrapf(err, "reading egress log of sandbox %s", s.id)
 	}
 	return out.Records, nil
 }

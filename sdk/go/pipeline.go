@@ -50,7 +50,7 @@ func (c *Client) Runs(ctx context.Context, q RunQuery) ([]Run, error) {
 	}
 	var list api.RunList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/runs", query: v}, &list); err != nil {
-		return nil, fmt.Errorf("listing runs: %w", err)
+		return nil, wrapf(err, "listing runs")
 	}
 	return list.Runs, nil
 }
@@ -59,7 +59,7 @@ func (c *Client) Runs(ctx context.Context, q RunQuery) ([]Run, error) {
 func (c *Client) Run(ctx context.Context, id string) (Run, error) {
 	var r Run
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/runs/" + url.PathEscape(id)}, &r); err != nil {
-		return Run{}, fmt.Errorf("getting run %s: %w", id, err)
+		return Run{}, wrapf(err, "getting run %s", id)
 	}
 	return r, nil
 }
@@ -81,7 +81,7 @@ func usageQuery(sandbox string, since time.Time) url.Values {
 func (c *Client) Usage(ctx context.Context, sandbox string, since time.Time) (Usage, error) {
 	var u Usage
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/usage", query: usageQuery(sandbox, since)}, &u); err != nil {
-		return Usage{}, fmt.Errorf("getting usage: %w", err)
+		return Usage{}, wrapf(err, "getting usage")
 	}
 	return u, nil
 }
@@ -91,7 +91,7 @@ func (c *Client) Usage(ctx context.Context, sandbox string, since time.Time) (Us
 func (c *Client) ExportUsage(ctx context.Context, sandbox string, since time.Time, fn func(UsageRecord) error) error {
 	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/usage/export", query: usageQuery(sandbox, since)})
 	if err != nil {
-		return fmt.Errorf("exporting usage: %w", err)
+		return wrapf(err, "exporting usage")
 	}
 	defer resp.Body.Close()
 	dec := newNDJSON(resp.Body)
@@ -101,7 +101,7 @@ func (c *Client) ExportUsage(ctx context.Context, sandbox string, since time.Tim
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
-			return fmt.Errorf("exporting usage: %w", err)
+			return wrapf(err, "exporting usage")
 		}
 		if err := fn(rec); err != nil {
 			return err
@@ -113,7 +113,7 @@ func (c *Client) ExportUsage(ctx context.Context, sandbox string, since time.Tim
 func (c *Client) CreateSchedule(ctx context.Context, req CreateScheduleRequest) (Schedule, error) {
 	var s Schedule
 	if err := c.call(ctx, request{method: http.MethodPost, path: "/schedules", json: req}, &s); err != nil {
-		return Schedule{}, fmt.Errorf("creating schedule: %w", err)
+		return Schedule{}, wrapf(err, "creating schedule")
 	}
 	return s, nil
 }
@@ -122,7 +122,7 @@ func (c *Client) CreateSchedule(ctx context.Context, req CreateScheduleRequest) 
 func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
 	var list api.ScheduleList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/schedules"}, &list); err != nil {
-		return nil, fmt.Errorf("listing schedules: %w", err)
+		return nil, wrapf(err, "listing schedules")
 	}
 	return list.Schedules, nil
 }
@@ -131,7 +131,7 @@ func (c *Client) Schedules(ctx context.Context) ([]Schedule, error) {
 func (c *Client) Schedule(ctx context.Context, id string) (Schedule, error) {
 	var s Schedule
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/schedules/" + url.PathEscape(id)}, &s); err != nil {
-		return Schedule{}, fmt.Errorf("getting schedule %s: %w", id, err)
+		return Schedule{}, wrapf(err, "getting schedule %s", id)
 	}
 	return s, nil
 }
@@ -139,7 +139,7 @@ func (c *Client) Schedule(ctx context.Context, id string) (Schedule, error) {
 // DeleteSchedule deletes a schedule.
 func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
 	if err := c.call(ctx, request{method: http.MethodDelete, path: "/schedules/" + url.PathEscape(id)}, nil); err != nil {
-		return fmt.Errorf("deleting schedule %s: %w", id, err)
+		return wrapf(err, "deleting schedule %s", id)
 	}
 	return nil
 }
@@ -149,7 +149,7 @@ func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
 func (c *Client) TriggerSchedule(ctx context.Context, id string) (Run, error) {
 	var r Run
 	if err := c.call(ctx, request{method: http.MethodPost, path: "/schedules/" + url.PathEscape(id) + "/trigger"}, &r); err != nil {
-		return Run{}, fmt.Errorf("triggering schedule %s: %w", id, err)
+		return Run{}, wrapf(err, "triggering schedule %s", id)
 	}
 	return r, nil
 }
@@ -159,7 +159,7 @@ func (c *Client) TriggerSchedule(ctx context.Context, id string) (Run, error) {
 func (c *Client) CreateHook(ctx context.Context, a RunAction) (Hook, error) {
 	var h Hook
 	if err := c.call(ctx, request{method: http.MethodPost, path: "/hooks", json: api.CreateHookRequest{RunAction: a}}, &h); err != nil {
-		return Hook{}, fmt.Errorf("creating hook: %w", err)
+		return Hook{}, wrapf(err, "creating hook")
 	}
 	return h, nil
 }
@@ -168,7 +168,7 @@ func (c *Client) CreateHook(ctx context.Context, a RunAction) (Hook, error) {
 func (c *Client) Hooks(ctx context.Context) ([]Hook, error) {
 	var list api.HookList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/hooks"}, &list); err != nil {
-		return nil, fmt.Errorf("listing hooks: %w", err)
+		return nil, wrapf(err, "listing hooks")
 	}
 	return list.Hooks, nil
 }
@@ -176,7 +176,7 @@ func (c *Client) Hooks(ctx context.Context) ([]Hook, error) {
 // DeleteHook deletes a webhook.
 func (c *Client) DeleteHook(ctx context.Context, id string) error {
 	if err := c.call(ctx, request{method: http.MethodDelete, path: "/hooks/" + url.PathEscape(id)}, nil); err != nil {
-		return fmt.Errorf("deleting hook %s: %w", id, err)
+		return wrapf(err, "deleting hook %s", id)
 	}
 	return nil
 }
@@ -210,7 +210,7 @@ func (c *Client) DeliverHookSigned(ctx context.Context, id, timestamp, signature
 		header: http.Header{api.HookTimestampHeader: {timestamp}, api.HookSignatureHeader: {signature}}}
 	var run Run
 	if err := c.call(ctx, r, &run); err != nil {
-		return Run{}, fmt.Errorf("delivering to hook %s: %w", id, err)
+		return Run{}, wrapf(err, "delivering to hook %s", id)
 	}
 	return run, nil
 }

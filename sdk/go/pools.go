@@ -2,7 +2,6 @@ package agentbox
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 
@@ -24,7 +23,7 @@ func (c *Client) SetPool(ctx context.Context, name string, size int) (Pool, erro
 	var p Pool
 	err := c.call(ctx, request{method: http.MethodPut, path: "/templates/" + url.PathEscape(name) + "/pool", json: api.PoolRequest{Size: size}}, &p)
 	if err != nil {
-		return Pool{}, fmt.Errorf("setting pool of template %s: %w", name, err)
+		return Pool{}, wrapf(err, "setting pool of template %s", name)
 	}
 	return p, nil
 }
@@ -33,7 +32,7 @@ func (c *Client) SetPool(ctx context.Context, name string, size int) (Pool, erro
 func (c *Client) Pools(ctx context.Context) ([]Pool, error) {
 	var pl api.PoolList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/pools"}, &pl); err != nil {
-		return nil, fmt.Errorf("listing pools: %w", err)
+		return nil, wrapf(err, "listing pools")
 	}
 	return pl.Pools, nil
 }

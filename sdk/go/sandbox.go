@@ -2,7 +2,6 @@ package agentbox
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
@@ -31,7 +30,9 @@ func (c *Client) sandbox(info api.Sandbox) *Sandbox {
 }
 
 // Sandbox returns a handle on the sandbox id without contacting the daemon;
-// its Info is empty until Refresh. Use Get to check that it exists.
+// its Info is empty until Refresh. Use Get to check that it exists. id may
+// also be the sandbox's name (the daemon resolves it on every call, and
+// ID returns it as given; Get returns a handle on the id).
 func (c *Client) Sandbox(id string) *Sandbox {
 	return &Sandbox{c: c, id: id, info: api.Sandbox{ID: id}}
 }
@@ -40,16 +41,17 @@ func (c *Client) Sandbox(id string) *Sandbox {
 func (c *Client) Create(ctx context.Context, spec SandboxSpec) (*Sandbox, error) {
 	var info api.Sandbox
 	if err := c.call(ctx, request{method: http.MethodPost, path: "/sandboxes", json: spec}, &info); err != nil {
-		return nil, fmt.Errorf("creating sandbox: %w", err)
+		return nil, wrapf(err, "creating sandbox")
 	}
 	return c.sandbox(info), nil
 }
 
-// Get returns the sandbox id; IsNotFound(err) when there is none.
+// Get returns the sandbox id (or of that name: the handle's ID is the
+// sandbox's id); IsNotFound(err) when there is none.
 func (c *Client) Get(ctx context.Context, id string) (*Sandbox, error) {
 	var info api.Sandbox
 	if err := c.call(ctx, request{method: http.MethodGet, path: sandboxPath(id)}, &info); err != nil {
-		return nil, fmt.Errorf("getting sandbox %s: %w", id, err)
+		return nil, wrapf(err, "getting sandbox %s", id)
 	}
 	return c.sandbox(info), nil
 }
@@ -67,7 +69,7 @@ func (c *Client) List(ctx context.Context, labels map[string]string) ([]*Sandbox
 	}
 	var list api.SandboxList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/sandboxes", query: q}, &list); err != nil {
-		return nil, fmt.Errorf("listing sandboxes: %w", err)
+		return nil, wrapf(err, "listing sandboxes")
 	}
 	out := make([]*Sandbox, 0, len(list.Sandboxes))
 	for _, info := range list.Sandboxes {
@@ -92,7 +94,7 @@ func (s *Sandbox) Info() api.Sandbox {
 func (s *Sandbox) Refresh(ctx context.Context) error {
 	var info api.Sandbox
 	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("")}, &info); err != nil {
-		return fmt.Errorf("refreshing sandbox %s: %w", s.id, err)
+		return wrapf(err, "refreshing sandbox %s", s.id)
 	}
 	s.mu.Lock()
 	s.info = info
@@ -103,7 +105,7 @@ func (s *Sandbox) Refresh(ctx context.Context) error {
 // Delete stops the sandbox, kills everything in it and removes it.
 func (s *Sandbox) Delete(ctx context.Context) error {
 	if err := s.c.call(ctx, request{method: http.MethodDelete, path: s.path("")}, nil); err != nil {
-		return fmt.Errorf("deleting sandbox %s: %w", s.id, err)
+		return wrapf(err, "deleting sandbox %s", s.id)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package agentbox
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 
@@ -24,7 +23,7 @@ func (c *Client) SetSecret(ctx context.Context, name string, value []byte) (Secr
 	r := request{method: http.MethodPut, path: "/secrets/" + url.PathEscape(name),
 		body: bytes.NewReader(value), size: int64(len(value)), ctype: "application/octet-stream"}
 	if err := c.call(ctx, r, &info); err != nil {
-		return SecretInfo{}, fmt.Errorf("storing secret %s: %w", name, err)
+		return SecretInfo{}, wrapf(err, "storing secret %s", name)
 	}
 	return info, nil
 }
@@ -33,7 +32,7 @@ func (c *Client) SetSecret(ctx context.Context, name string, value []byte) (Secr
 func (c *Client) Secrets(ctx context.Context) ([]SecretInfo, error) {
 	var list api.SecretList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/secrets"}, &list); err != nil {
-		return nil, fmt.Errorf("listing secrets: %w", err)
+		return nil, wrapf(err, "listing secrets")
 	}
 	return list.Secrets, nil
 }
@@ -41,7 +40,7 @@ func (c *Client) Secrets(ctx context.Context) ([]SecretInfo, error) {
 // DeleteSecret removes a stored secret; IsNotFound(err) when there is none.
 func (c *Client) DeleteSecret(ctx context.Context, name string) error {
 	if err := c.call(ctx, request{method: http.MethodDelete, path: "/secrets/" + url.PathEscape(name)}, nil); err != nil {
-		return fmt.Errorf("deleting secret %s: %w", name, err)
+		return wrapf(err, "deleting secret %s", name)
 	}
 	return nil
 }
@@ -51,7 +50,7 @@ func (c *Client) DeleteSecret(ctx context.Context, name string) error {
 func (s *Sandbox) Events(ctx context.Context) ([]SandboxEvent, error) {
 	var list api.SandboxEventList
 	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("/events")}, &list); err != nil {
-		return nil, fmt.Errorf("listing events of sandbox %s: %w", s.id, err)
+		return nil, wrapf(err, "listing events of sandbox %s", s.id)
 	}
 	return list.Events, nil
 }

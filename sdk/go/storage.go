@@ -2,7 +2,6 @@ package agentbox
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -17,7 +16,7 @@ import (
 func (c *Client) ExportTemplate(ctx context.Context, name string) (io.ReadCloser, error) {
 	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/templates/" + url.PathEscape(name) + "/export"})
 	if err != nil {
-		return nil, fmt.Errorf("exporting template %s: %w", name, err)
+		return nil, wrapf(err, "exporting template %s", name)
 	}
 	return resp.Body, nil
 }
@@ -27,7 +26,7 @@ func (c *Client) ExportTemplate(ctx context.Context, name string) (io.ReadCloser
 func (c *Client) ExportCheckpoint(ctx context.Context, cid string) (io.ReadCloser, error) {
 	resp, err := c.send(ctx, request{method: http.MethodGet, path: checkpointPath(cid) + "/export"})
 	if err != nil {
-		return nil, fmt.Errorf("exporting checkpoint %s: %w", cid, err)
+		return nil, wrapf(err, "exporting checkpoint %s", cid)
 	}
 	return resp.Body, nil
 }
@@ -40,7 +39,7 @@ func (c *Client) ImportTemplate(ctx context.Context, name string, archive io.Rea
 	err := c.call(ctx, request{method: http.MethodPost, path: "/templates/import", query: url.Values{"name": {name}},
 		body: archive, ctype: "application/x-tar", size: -1}, &t)
 	if err != nil {
-		return api.Template{}, fmt.Errorf("importing template %s: %w", name, err)
+		return api.Template{}, wrapf(err, "importing template %s", name)
 	}
 	return t, nil
 }
@@ -52,7 +51,7 @@ func (c *Client) ImportTemplateDir(ctx context.Context, name, dir string) (api.T
 	err := c.call(ctx, request{method: http.MethodPost, path: "/templates/import", query: url.Values{"name": {name}},
 		json: api.ImportTemplateRequest{Path: dir}}, &t)
 	if err != nil {
-		return api.Template{}, fmt.Errorf("importing template %s from %s: %w", name, dir, err)
+		return api.Template{}, wrapf(err, "importing template %s from %s", name, dir)
 	}
 	return t, nil
 }
@@ -68,7 +67,7 @@ func (c *Client) CollectGarbage(ctx context.Context, minAge time.Duration) (api.
 	}
 	var res api.GCResult
 	if err := c.call(ctx, request{method: http.MethodPost, path: "/gc", json: req}, &res); err != nil {
-		return api.GCResult{}, fmt.Errorf("collecting garbage: %w", err)
+		return api.GCResult{}, wrapf(err, "collecting garbage")
 	}
 	return res, nil
 }

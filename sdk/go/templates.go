@@ -13,7 +13,7 @@ import (
 func (c *Client) Templates(ctx context.Context) ([]api.Template, error) {
 	var list api.TemplateList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/templates"}, &list); err != nil {
-		return nil, fmt.Errorf("listing templates: %w", err)
+		return nil, wrapf(err, "listing templates")
 	}
 	return list.Templates, nil
 }
@@ -22,7 +22,7 @@ func (c *Client) Templates(ctx context.Context) ([]api.Template, error) {
 func (c *Client) Template(ctx context.Context, name string) (api.Template, error) {
 	var t api.Template
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/templates/" + url.PathEscape(name)}, &t); err != nil {
-		return api.Template{}, fmt.Errorf("getting template %s: %w", name, err)
+		return api.Template{}, wrapf(err, "getting template %s", name)
 	}
 	return t, nil
 }
@@ -37,7 +37,7 @@ func (c *Client) BuildTemplate(ctx context.Context, req api.BuildTemplateRequest
 	}
 	resp, err := c.send(ctx, request{method: http.MethodPost, path: "/templates/build", json: req})
 	if err != nil {
-		return api.Template{}, fmt.Errorf("building template %s: %w", name, err)
+		return api.Template{}, wrapf(err, "building template %s", name)
 	}
 	defer resp.Body.Close()
 	dec := newNDJSON(resp.Body)

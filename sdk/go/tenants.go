@@ -2,7 +2,6 @@ package agentbox
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 
@@ -20,7 +19,7 @@ import (
 func (c *Client) Tenants(ctx context.Context) ([]api.Tenant, error) {
 	var list api.TenantList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/tenants"}, &list); err != nil {
-		return nil, fmt.Errorf("listing tenants: %w", err)
+		return nil, wrapf(err, "listing tenants")
 	}
 	return list.Tenants, nil
 }
@@ -31,7 +30,7 @@ func (c *Client) Tenants(ctx context.Context) ([]api.Tenant, error) {
 func (c *Client) CreateTenant(ctx context.Context, req api.CreateTenantRequest) (api.Tenant, error) {
 	var t api.Tenant
 	if err := c.call(ctx, request{method: http.MethodPost, path: "/tenants", json: req}, &t); err != nil {
-		return api.Tenant{}, fmt.Errorf("creating tenant %s: %w", req.ID, err)
+		return api.Tenant{}, wrapf(err, "creating tenant %s", req.ID)
 	}
 	return t, nil
 }
@@ -42,7 +41,7 @@ func (c *Client) CreateTenant(ctx context.Context, req api.CreateTenantRequest) 
 func (c *Client) Tenant(ctx context.Context, id string) (api.Tenant, error) {
 	var t api.Tenant
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/tenants/" + url.PathEscape(id)}, &t); err != nil {
-		return api.Tenant{}, fmt.Errorf("getting tenant %s: %w", id, err)
+		return api.Tenant{}, wrapf(err, "getting tenant %s", id)
 	}
 	return t, nil
 }
@@ -54,7 +53,7 @@ func (c *Client) UpdateTenant(ctx context.Context, id string, q api.Quotas) (api
 	var t api.Tenant
 	r := request{method: http.MethodPatch, path: "/tenants/" + url.PathEscape(id), json: api.UpdateTenantRequest{Quotas: q}}
 	if err := c.call(ctx, r, &t); err != nil {
-		return api.Tenant{}, fmt.Errorf("updating tenant %s: %w", id, err)
+		return api.Tenant{}, wrapf(err, "updating tenant %s", id)
 	}
 	return t, nil
 }
@@ -63,7 +62,7 @@ func (c *Client) UpdateTenant(ctx context.Context, id string, q api.Quotas) (api
 // IsConflict(err) while the tenant still owns a sandbox.
 func (c *Client) DeleteTenant(ctx context.Context, id string) error {
 	if err := c.call(ctx, request{method: http.MethodDelete, path: "/tenants/" + url.PathEscape(id)}, nil); err != nil {
-		return fmt.Errorf("deleting tenant %s: %w", id, err)
+		return wrapf(err, "deleting tenant %s", id)
 	}
 	return nil
 }
@@ -75,7 +74,7 @@ func (c *Client) DeleteTenant(ctx context.Context, id string) error {
 func (c *Client) CreateAPIKey(ctx context.Context, req api.CreateAPIKeyRequest) (api.CreatedAPIKey, error) {
 	var k api.CreatedAPIKey
 	if err := c.call(ctx, request{method: http.MethodPost, path: "/keys", json: req}, &k); err != nil {
-		return api.CreatedAPIKey{}, fmt.Errorf("creating API key: %w", err)
+		return api.CreatedAPIKey{}, wrapf(err, "creating API key")
 	}
 	return k, nil
 }
@@ -86,7 +85,7 @@ func (c *Client) CreateAPIKey(ctx context.Context, req api.CreateAPIKeyRequest) 
 func (c *Client) APIKeys(ctx context.Context) ([]api.APIKey, error) {
 	var list api.APIKeyList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/keys"}, &list); err != nil {
-		return nil, fmt.Errorf("listing API keys: %w", err)
+		return nil, wrapf(err, "listing API keys")
 	}
 	return list.Keys, nil
 }
@@ -96,7 +95,7 @@ func (c *Client) APIKeys(ctx context.Context) ([]api.APIKey, error) {
 // revoke only its own keys: another tenant's is IsNotFound(err).
 func (c *Client) RevokeAPIKey(ctx context.Context, id string) error {
 	if err := c.call(ctx, request{method: http.MethodDelete, path: "/keys/" + url.PathEscape(id)}, nil); err != nil {
-		return fmt.Errorf("revoking API key %s: %w", id, err)
+		return wrapf(err, "revoking API key %s", id)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package agentbox
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 
@@ -25,7 +24,7 @@ type UpgradeOptions = api.UpgradeRequest
 func (s *Sandbox) Upgrade(ctx context.Context, opts UpgradeOptions) (api.UpgradeResult, error) {
 	var res api.UpgradeResult
 	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/upgrade"), json: opts}, &res); err != nil {
-		return api.UpgradeResult{}, fmt.Errorf("upgrading sandbox %s: %w", s.id, err)
+		return api.UpgradeResult{}, wrapf(err, "upgrading sandbox %s", s.id)
 	}
 	s.mu.Lock()
 	s.info = res.Sandbox
@@ -38,7 +37,7 @@ func (s *Sandbox) Upgrade(ctx context.Context, opts UpgradeOptions) (api.Upgrade
 func (c *Client) StageRunner(ctx context.Context, binary io.Reader, size int64) (Runner, error) {
 	var r Runner
 	if err := c.call(ctx, request{method: http.MethodPost, path: "/runners", body: binary, ctype: "application/octet-stream", size: size}, &r); err != nil {
-		return Runner{}, fmt.Errorf("staging runner: %w", err)
+		return Runner{}, wrapf(err, "staging runner")
 	}
 	return r, nil
 }
@@ -47,7 +46,7 @@ func (c *Client) StageRunner(ctx context.Context, binary io.Reader, size int64) 
 func (c *Client) Runners(ctx context.Context) ([]Runner, error) {
 	var list api.RunnerList
 	if err := c.call(ctx, request{method: http.MethodGet, path: "/runners"}, &list); err != nil {
-		return nil, fmt.Errorf("listing runners: %w", err)
+		return nil, wrapf(err, "listing runners")
 	}
 	return list.Runners, nil
 }

@@ -2,7 +2,6 @@ package proto
 
 import (
 	"errors"
-	"fmt"
 	"syscall"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -10,8 +9,9 @@ import (
 
 // Error is the payload of FrameError.
 type Error struct {
-	Code    string `json:"code"`    // errdefs code: "not_found", "invalid_argument", ...
-	Message string `json:"message"` // human-readable
+	Code    string `json:"code"`             // errdefs code: "not_found", "invalid_argument", ...
+	Message string `json:"message"`          // human-readable
+	Reason  string `json:"reason,omitempty"` // errdefs reason refining the code, e.g. "command_not_found"
 }
 
 // MaxErrorMessage bounds the message a client keeps from an Error frame.
@@ -62,7 +62,7 @@ func Category(err error) error {
 
 // NewError builds the Error frame payload for err.
 func NewError(err error) Error {
-	return Error{Code: errdefs.Code(Category(err)), Message: err.Error()}
+	return Error{Code: errdefs.Code(Category(err)), Message: err.Error(), Reason: errdefs.Reason(err)}
 }
 
 // sentinels lists the categories a guest may report, by code.
@@ -99,18 +99,22 @@ func (e Error) Err() error {
 	if len(msg) > MaxErrorMessage {
 		msg = msg[:MaxErrorMessage] + "..."
 	}
-	return &RemoteError{Msg: msg, Category: FromCode(e.Code)}
+	return &RemoteError{Msg: msg, Category: FromCode(e.Code), Why: e.Reason}
 }
 
-// RemoteError is an error reported by the guest.
+// RemoteError is an error reported by the guest. Its text is the guest's
+// message alone: the client that received it says it came from the guest
+// ("guest exec: ..."), once.
 type RemoteError struct {
 	Msg      string // the guest's message (untrusted)
 	Category error  // an errdefs sentinel
+	Why      string // the errdefs reason, if any (untrusted)
 }
 
-func (e *RemoteError) Error() string {
-	return fmt.Sprintf("guest: %s", e.Msg)
-}
+// ErrorReason returns the reason the guest gave (errdefs.Reason reads it).
+func (e *RemoteError) ErrorReason() string { return e.Why }
+
+func (e *RemoteError) Error() string { return e.Msg }
 
 // Unwrap returns the category so errors.Is works.
 func (e *RemoteError) Unwrap() error { return e.Category }

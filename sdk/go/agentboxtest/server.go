@@ -109,6 +109,19 @@ func (s *Server) Sandbox(id string) *Sandbox {
 	return s.sandboxes[id]
 }
 
+// sandboxNamed returns the sandbox named name, or nil: like the daemon,
+// the server takes a sandbox's name wherever it takes its id.
+func (s *Server) sandboxNamed(name string) *Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sb := range s.sandboxes {
+		if name != "" && sb.Info().Name == name {
+			return sb
+		}
+	}
+	return nil
+}
+
 // SandboxIDs returns the ids of the existing sandboxes, sorted.
 func (s *Server) SandboxIDs() []string {
 	s.mu.Lock()
@@ -133,7 +146,7 @@ func (s *Server) AddSandbox(req api.CreateSandboxRequest) *Sandbox {
 	sb := &Sandbox{
 		info: api.Sandbox{
 			ID: id, Template: req.Template, TemplateID: "sha256:" + req.Template, State: api.StateRunning,
-			Env: req.Env, Labels: req.Labels, Resources: req.Resources, Hostname: id, Backend: "fake",
+			Env: req.Env, Labels: req.Labels, Resources: req.Resources, Hostname: id, Backend: "fake", Name: req.Name,
 			CreatedAt: time.Now().UTC().Truncate(time.Second),
 		},
 		fs:    newMemFS(),
@@ -258,6 +271,9 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 func (s *Server) withSandbox(h func(http.ResponseWriter, *http.Request, *Sandbox)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sb := s.Sandbox(r.PathValue("id"))
+		if sb == nil {
+			sb = s.sandboxNamed(r.PathValue("id"))
+		}
 		if sb == nil {
 			writeError(w, http.StatusNotFound, "not_found", "sandbox "+r.PathValue("id")+" not found")
 			return
