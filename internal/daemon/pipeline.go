@@ -62,6 +62,15 @@ func (s pipelineSandboxes) Exec(ctx context.Context, id string, req api.ExecRequ
 	return s.snaps.Exec(ctx, id, req)
 }
 
+// LookupSandbox implements pipeline.Sandboxes (sandbox.Handle.Sandbox).
+func (s pipelineSandboxes) LookupSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	h, err := s.Manager.Handle(ctx, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return h.Sandbox(), nil
+}
+
 // WatchProcess implements pipeline.Sandboxes (sandbox.Handle.Watch).
 func (s pipelineSandboxes) WatchProcess(ctx context.Context, id string, pid int) (execstream.Stream, error) {
 	h, err := s.Manager.Handle(ctx, id)

@@ -59,9 +59,9 @@ const (
 
 // Sandboxes is what the pipeline needs of the sandbox manager (the
 // daemon adapts *sandbox.Manager to it). The contract of each method is
-// the Manager's of that name; WatchProcess is sandbox.Handle.Watch and
-// SandboxStats sandbox.Handle.Stats of the sandbox as the caller of ctx
-// sees it.
+// the Manager's of that name; LookupSandbox is sandbox.Handle.Sandbox,
+// WatchProcess sandbox.Handle.Watch and SandboxStats sandbox.Handle.Stats
+// of the sandbox as the caller of ctx sees it.
 type Sandboxes interface {
 	CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error)
 	LookupSandbox(ctx context.Context, id string) (api.Sandbox, error)

@@ -270,17 +270,6 @@ func (m *Manager) GetSandbox(ctx context.Context, id string) (api.Sandbox, error
 	return sb, nil
 }
 
-// LookupSandbox returns one sandbox as recorded, without the live limit
-// reports of GetSandbox: it reads no cgroup counters and no filesystem, so
-// it is what hot paths (every exec resolves its sandbox) use.
-func (m *Manager) LookupSandbox(ctx context.Context, id string) (api.Sandbox, error) {
-	b, err := m.get(ctx, id)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	return b.view(), nil
-}
-
 // get returns sandbox id for the caller of ctx. A hidden sandbox (not
 // handed out yet) and another tenant's sandbox are ErrNotFound, exactly
 // like an unknown id: this is where tenants are kept apart, since every
