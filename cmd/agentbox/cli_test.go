@@ -419,6 +419,32 @@ func TestExtractTarRefusesHostile(t *testing.T) {
 	}
 }
 
+// A downloaded directory the archive makes read-only stays writable by
+// its owner (its entries are written into it), and modes are subject to
+// the process's umask, as for any file the CLI creates.
+func TestExtractTarModes(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "ro/", Mode: 0o555, Typeflag: tar.TypeDir})
+	tw.WriteHeader(&tar.Header{Name: "ro/f", Mode: 0o4777, Size: 1, Typeflag: tar.TypeReg})
+	tw.Write([]byte("x"))
+	tw.Close()
+	dir := t.TempDir()
+	if err := extractTar(&buf, dir); err != nil {
+		t.Fatal(err)
+	}
+	umask := os.FileMode(processUmask())
+	for name, want := range map[string]os.FileMode{"ro": 0o755 &^ umask, "ro/f": 0o777 &^ umask} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode() & (os.ModePerm | os.ModeSetuid); got != want {
+			t.Errorf("%s: mode %v, want %v", name, got, want)
+		}
+	}
+}
+
 // A sandbox's name works wherever its id does (the test server resolves
 // names as the daemon does), and ls shows it.
 func TestNamesWhereIDs(t *testing.T) {

@@ -10,13 +10,14 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/api"
-	"github.com/agentbox/agentbox/internal/tarcheck"
+	"github.com/agentbox/agentbox/internal/untar"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
@@ -167,84 +168,45 @@ func downloadDir(ctx context.Context, sb *agentbox.Sandbox, src, target string) 
 	return nil
 }
 
-// extractTar extracts the archive r under dir. The archive comes from inside
-// a sandbox and is untrusted: every write goes through an os.Root, so no
-// entry name or symlink can reach outside dir; setuid/setgid bits are
-// dropped; devices, FIFOs, hard links and PAX global headers are skipped;
-// sparse entries and unknown types are refused (tarcheck: a sparse entry
-// would be written at its full logical size); each entry must fit in the
-// room left on the destination filesystem before it is written.
+// extractTar extracts the archive r under dir with internal/untar, the
+// one extractor. The archive comes from inside a sandbox and is
+// untrusted: no entry name or symlink can reach outside dir (untar's
+// rules), setuid, setgid and sticky bits are dropped, modes are subject
+// to the process's umask as for any file the CLI creates, directories
+// stay writable by their owner; devices, FIFOs, hard links and PAX global
+// headers are skipped; sparse entries and unknown types are refused (a
+// sparse entry would be written at its full logical size); each entry
+// must fit in the room left on the destination filesystem before it is
+// written.
 func extractTar(r io.Reader, dir string) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	dirFd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: dir, Err: err}
 	}
-	defer unix.Close(dirFd)
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading archive: %w", err)
-		}
-		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
-		if name == "." {
-			continue
-		}
-		if !fs.ValidPath(name) {
-			return fmt.Errorf("archive entry %q escapes the destination", h.Name)
-		}
-		if tarcheck.Sparse(h) {
-			return tarcheck.ErrSparse(h.Name)
-		}
-		size := int64(0)
-		switch h.Typeflag {
-		case tar.TypeReg, tar.TypeCont:
-			size = h.Size
-		case tar.TypeDir, tar.TypeSymlink:
-		case tar.TypeLink, tar.TypeChar, tar.TypeBlock, tar.TypeFifo, tar.TypeXGlobalHeader:
-			continue
-		default:
-			return fmt.Errorf("archive entry %q has unsupported type %q", h.Name, h.Typeflag)
-		}
-		if err := tarcheck.Room(dirFd, h.Name, size, 0); err != nil {
-			return err
-		}
-		perm := fs.FileMode(h.Mode).Perm()
-		if dirName := path.Dir(name); dirName != "." {
-			if err := root.MkdirAll(dirName, 0o755); err != nil {
-				return err
-			}
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := root.MkdirAll(name, perm|0o700); err != nil {
-				return err
-			}
-		case tar.TypeReg, tar.TypeCont:
-			f, err := root.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("writing %s: %w", name, err)
-			}
-		case tar.TypeSymlink:
-			_ = root.Remove(name)
-			if err := root.Symlink(h.Linkname, name); err != nil {
-				return err
+	defer unix.Close(fd)
+	return untar.Extract(context.Background(), fd, r, untar.Options{
+		HardLinks:         untar.Skip,
+		FIFOs:             untar.Skip,
+		Devices:           untar.Skip,
+		Perm:              0o777,
+		Umask:             processUmask(),
+		OwnerWritableDirs: true,
+	})
+}
+
+// processUmask returns the process's umask (from /proc/self/status,
+// which reads it without changing it); 022 when it cannot be read.
+func processUmask() uint32 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0o022
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if u, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				return uint32(u)
 			}
 		}
 	}
+	return 0o022
 }

@@ -61,6 +61,8 @@ type Daemon struct {
 	log     *slog.Logger
 	store   *store.Bolt
 	manager *sandbox.Manager
+	// disks enforces sandboxes' disk limits (nil: unavailable; limits.go).
+	disks   sandbox.DiskQuota
 	handler http.Handler
 	secrets *secrets.Store
 	// backends are the isolation backends by name (backends.go).
@@ -146,7 +148,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := runner.CheckStatic(guestBin); err != nil {
 		return nil, fmt.Errorf("guest binary %s: %w", guestBin, err)
 	}
-	runnerDir, err := sandbox.PrepareRunner(filepath.Join(cfg.DataDir, "runner"), guestBin)
+	runnerDir, err := runner.Install(filepath.Join(cfg.DataDir, "runner"), guestBin)
 	if err != nil {
 		return nil, err
 	}
@@ -233,14 +235,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// feature forgot it. The warm pools' sandboxes get every other
 		// extension's hooks when they are made.
 		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, pools},
-		NewTemplates: func(runner *sandbox.StepRunner, admit func(context.Context, string, string) (func(), error)) (_ sandbox.Templates, err error) {
+		NewTemplates: func(runner *sandbox.StepRunner) (_ sandbox.Templates, err error) {
 			// Kept for the template service, built above the core below.
 			tmpl, err = templates.New(templates.Config{
 				DataDir: filepath.Join(cfg.DataDir, "templates"),
 				Layers:  ls,
 				IDs:     ids,
 				Runner:  runner,
-				Admit:   admit,
+				Admit:   reg.AdmitTemplateLayer,
 				Logger:  log,
 			})
 			if err != nil {
@@ -259,16 +261,16 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	tenants := connectTenants(reg, mgr, pipe)
+	tenants := connectTenants(reg, mgr, layerGC, pipe)
 	// Everything a run needs is wired from here on: sandboxes, runs and
 	// schedules may start.
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, err
 	}
-	if err := mgr.PrepareDisks(ctx); err != nil {
+	if err := prepareDisks(ctx, dq, cfg); err != nil {
 		log.Warn("disks of the default limit are formatted at create", "err", err)
 	}
-	undo.Add(func() { _ = mgr.CloseDisks() })
+	undo.Add(func() { _ = closeDisks(dq) })
 	// Only now, with every recovered sandbox's id range taken, may
 	// prespawned guests take ranges.
 	backends.FillPools()
@@ -280,7 +282,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(layerGC, log)
-	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, gc}
+	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, gc, st}
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
@@ -288,7 +290,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	// After Recover: every fork protects its base. Manager.Close stops it.
 	snaps.StartPruning(ctx)
 	undo.Release()
-	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
+	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, disks: dq, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -363,7 +365,7 @@ func (d *Daemon) Close() error {
 	d.stopBridge()
 	d.pipe.close()
 	d.pools.DrainPools(context.Background())
-	closeLimits(d.manager, d.cfg.DataDir, d.log)
+	closeLimits(d.disks, d.cfg.DataDir, d.log)
 	_ = d.manager.Close()
 	if err := d.backends.Close(); err != nil {
 		d.log.Warn("closing backends", "err", err)
@@ -390,6 +392,9 @@ type service struct {
 	*pipelineAPI
 	*tenantAPI
 	gc *collector // background layer collections after deletes
+	// records is the metadata store, whose quarantine of corrupt records
+	// the admin API lists (admin.go).
+	records store.Quarantiner
 }
 
 var (

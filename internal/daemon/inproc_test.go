@@ -23,6 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
+	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
 	"github.com/agentbox/agentbox/internal/testutil"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
@@ -99,7 +100,7 @@ func TestDaemonInproc(t *testing.T) {
 	closed := false
 	t.Cleanup(func() {
 		if !closed {
-			td.d.Manager().DestroyAll(context.Background())
+			sandboxtest.DestroyAll(context.Background(), td.d.Manager())
 			td.d.Close()
 		}
 	})

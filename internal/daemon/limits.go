@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/diskquota"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -92,12 +95,12 @@ func protectSandboxesDir(dataDir string) (undo func() error, err error) {
 // sandboxes dir's own mount so the data dir is an ordinary directory
 // again. While sandboxes remain (a restart) the mount stays, and the next
 // daemon re-adopts it.
-func closeLimits(m *sandbox.Manager, dataDir string, log *slog.Logger) {
-	if err := m.CloseDisks(); err != nil {
+func closeLimits(dq sandbox.DiskQuota, dataDir string, log *slog.Logger) {
+	if err := closeDisks(dq); err != nil {
 		log.Warn("deleting the template disk image", "err", err)
 	}
 	dir := filepath.Join(dataDir, "sandboxes")
-	if m.DiskMounted() || hasSandboxDirs(dir) {
+	if diskMounted(dq, dir) || hasSandboxDirs(dir) {
 		return
 	}
 	if err := diskquota.Unshare(dir); err != nil {
@@ -114,6 +117,60 @@ func hasSandboxDirs(dir string) bool {
 	}
 	for _, e := range ents {
 		if !strings.HasPrefix(e.Name(), ".") {
+			return true
+		}
+	}
+	return false
+}
+
+// diskPreparer is a disk quota that can make the filesystem of one limit
+// once and copy it at Apply, so a create of that limit does not wait for
+// mkfs (diskquota.Loop.KeepTemplate).
+type diskPreparer interface {
+	// KeepTemplate makes the template filesystem of lim.
+	KeepTemplate(ctx context.Context, lim diskquota.Limits) error
+	// Close deletes it. Idempotent.
+	Close() error
+}
+
+var _ diskPreparer = (*diskquota.Loop)(nil)
+
+// prepareDisks makes dq prepare the filesystem of the daemon's default
+// disk limit once, when its method makes filesystems (loop) and the
+// daemon has a default; closeDisks undoes it.
+func prepareDisks(ctx context.Context, dq sandbox.DiskQuota, cfg *config.Config) error {
+	dp, ok := dq.(diskPreparer)
+	def := api.Resources{DiskBytes: cfg.DefaultResources.DiskBytes, DiskInodes: cfg.DefaultResources.DiskInodes}
+	if !ok || def.DiskBytes == 0 {
+		return nil
+	}
+	lim := diskquota.Limits{Bytes: def.DiskBytes, Inodes: sandbox.DefaultInodes(def, def.DiskBytes)}
+	if err := dp.KeepTemplate(ctx, lim); err != nil {
+		return fmt.Errorf("preparing disks: %w", err)
+	}
+	return nil
+}
+
+// closeDisks deletes what prepareDisks made.
+func closeDisks(dq sandbox.DiskQuota) error {
+	if dp, ok := dq.(diskPreparer); ok {
+		return dp.Close()
+	}
+	return nil
+}
+
+// diskMounted reports whether any sandbox's quota filesystem is mounted
+// below dir, <data>/sandboxes (the daemon keeps it shared while one is).
+func diskMounted(dq sandbox.DiskQuota, dir string) bool {
+	if _, ok := dq.(diskquota.Mounter); !ok {
+		return false
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if ok, _ := diskquota.IsMountPoint(filepath.Join(dir, e.Name())); ok {
 			return true
 		}
 	}

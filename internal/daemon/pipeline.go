@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/pipeline"
+	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
@@ -59,6 +60,33 @@ type pipelineSandboxes struct {
 // and rollback_on_failure and passes every other exec on to the Manager.
 func (s pipelineSandboxes) Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error) {
 	return s.snaps.Exec(ctx, id, req)
+}
+
+// LookupSandbox implements pipeline.Sandboxes (sandbox.Handle.Sandbox).
+func (s pipelineSandboxes) LookupSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	h, err := s.Manager.Handle(ctx, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return h.Sandbox(), nil
+}
+
+// WatchProcess implements pipeline.Sandboxes (sandbox.Handle.Watch).
+func (s pipelineSandboxes) WatchProcess(ctx context.Context, id string, pid int) (execstream.Stream, error) {
+	h, err := s.Manager.Handle(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return h.Watch(ctx, pid)
+}
+
+// SandboxStats implements pipeline.Sandboxes (sandbox.Handle.Stats).
+func (s pipelineSandboxes) SandboxStats(ctx context.Context, id string) (runtime.Stats, error) {
+	h, err := s.Manager.Handle(ctx, id)
+	if err != nil {
+		return runtime.Stats{}, err
+	}
+	return h.Stats(ctx)
 }
 
 var (

@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/layergc"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -72,6 +73,9 @@ type collector struct {
 	running bool // a run is under way or about to start
 	again   bool // triggered during the run: run once more
 }
+
+// The core tells the collector the layers its sandboxes run on.
+var _ layergc.Sandboxes = (*sandbox.Manager)(nil)
 
 func newCollector(gc *layergc.Collector, log *slog.Logger) *collector {
 	return &collector{log: log, collect: func(ctx context.Context) error {

@@ -8,6 +8,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/layergc"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenant"
@@ -26,14 +27,14 @@ type tenantAPI struct {
 var _ httpapi.TenantService = service{}
 
 // connectTenants connects the registry's quota meters: the Manager
-// counts sandboxes and disk (their limits, and the layers of checkpoints
-// and templates), the pipeline's run records meter CPU. The registry is
+// counts sandboxes and disk (their limits), the layer collector the
+// layers of checkpoints and templates, the pipeline's run records meter CPU. The registry is
 // the Manager's quota admission from its construction (sandbox.Config);
 // this runs before anything is started.
-func connectTenants(reg *registry.Registry, mgr *sandbox.Manager, pipe *pipelineAPI) *tenantAPI {
+func connectTenants(reg *registry.Registry, mgr *sandbox.Manager, layerGC *layergc.Collector, pipe *pipelineAPI) *tenantAPI {
 	reg.SetMeters(registry.Meters{
 		Holdings: mgr.Holdings,
-		Layers:   mgr.LayerBytes,
+		Layers:   layerGC.LayerBytes,
 		CPUSeconds: func(ctx context.Context, t string, since time.Time) (float64, error) {
 			runs, err := pipe.p.List(tenant.WithPrincipal(ctx, tenant.Admin), store.RunFilter{Tenant: t, Since: since})
 			if err != nil {

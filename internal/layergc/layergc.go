@@ -8,19 +8,23 @@
 // squash, old template builds no sandbox uses.
 //
 // It sits above the sandbox core (internal/sandbox), which tells it the
-// layers its sandboxes run on (LayersInUse) and never imports it.
+// layers its sandboxes run on (LayersInUse) and never imports it. It also
+// measures the layers charged to a tenant's disk quota (LayerBytes), the
+// tenant registry's layer meter.
 package layergc
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
-	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // DefaultMinAge is the age below which background collections spare
@@ -28,13 +32,12 @@ import (
 const DefaultMinAge = 10 * time.Minute
 
 // Sandboxes is what the collector needs of the sandbox core;
-// *sandbox.Manager implements it.
+// *sandbox.Manager implements it (the guard is the daemon's, so that the
+// core's own tests can measure layers with LayerBytes).
 type Sandboxes interface {
 	// LayersInUse returns the top layer directories of every sandbox.
 	LayersInUse(ctx context.Context) ([]string, error)
 }
-
-var _ Sandboxes = (*sandbox.Manager)(nil)
 
 // Collector removes unused layers. Its methods are safe for concurrent
 // use (the layer store serialises removals).
@@ -101,4 +104,53 @@ func (c *Collector) roots(ctx context.Context) ([]string, error) {
 		}
 	}
 	return roots, nil
+}
+
+// LayerBytes is the package's LayerBytes on the collector's layer store
+// and checkpoint records (registry.Meters.Layers).
+func (c *Collector) LayerBytes(ctx context.Context, owner string, extra []string) (int64, error) {
+	return LayerBytes(ctx, c.ls, c.cks, owner, extra)
+}
+
+// LayerBytes returns the bytes on disk of the layers of ls charged to
+// owner's disk quota: every layer in the chains of its checkpoints (the
+// records of checkpoints; nil: none), of the layers its templates hold a
+// reference on (saved versions, built and imported templates) and of
+// extra, each layer once, leaving out every layer in the chains of the
+// admin's templates (the shared catalogue every tenant builds on). A
+// layer shared with another tenant is charged to both. Sizes come from
+// the layers' metadata; no tree is walked. Without a layer store it is 0.
+func LayerBytes(ctx context.Context, ls *layers.Store, checkpoints store.CheckpointStore, owner string, extra []string) (int64, error) {
+	if ls == nil {
+		return 0, nil
+	}
+	owner = tenant.Owner(owner)
+	roots := slices.Clone(extra)
+	if checkpoints != nil {
+		recs, err := checkpoints.ListCheckpoints(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range recs {
+			if tenant.Owner(r.Checkpoint.Tenant) == owner {
+				roots = append(roots, r.Layer)
+			}
+		}
+	}
+	var shared []string
+	for _, l := range ls.List() {
+		for _, ref := range l.Refs {
+			name, ok := templates.RefTemplate(ref)
+			if !ok {
+				continue
+			}
+			switch o, _ := tenant.Split(name); o {
+			case owner:
+				roots = append(roots, l.ID)
+			case api.AdminTenant:
+				shared = append(shared, l.ID)
+			}
+		}
+	}
+	return ls.ChainsSize(roots, shared), nil
 }

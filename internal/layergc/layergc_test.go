@@ -8,10 +8,12 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenant"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
@@ -98,5 +100,43 @@ func TestCollectGarbageNeedsLayerStore(t *testing.T) {
 	}
 	if d := c.StorageDriver(); d != "" {
 		t.Errorf("storage driver %q without a layer store", d)
+	}
+}
+
+// LayerBytes charges a tenant the layers of its checkpoints, of its
+// templates' references and of extra, each once, and neither another
+// tenant's layers nor the admin's shared catalogue.
+func TestLayerBytes(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := context.Background()
+	ls, err := layers.New(filepath.Join(t.TempDir(), "layers"), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, mine, theirs, ck, extra := layer(t, ls, "shared"), layer(t, ls, "mine"), layer(t, ls, "theirs"), layer(t, ls, "ck"), layer(t, ls, "extra")
+	for ref, l := range map[string]layers.Layer{
+		"template/busybox":                               shared,
+		"template/" + tenant.Qualify("acme", "t"):        mine,
+		"template/" + tenant.Qualify("acme", "t") + "@2": mine,
+		"template/" + tenant.Qualify("other", "t"):       theirs,
+	} {
+		if err := ls.Ref(ctx, l.ID, ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cks := fakeCheckpoints{recs: []store.CheckpointRecord{
+		{Checkpoint: api.Checkpoint{Tenant: "acme"}, Layer: ck.ID},
+		{Checkpoint: api.Checkpoint{Tenant: "other"}, Layer: theirs.ID},
+	}}
+	c := New(ls, fakeSandboxes{}, cks)
+	got, err := c.LayerBytes(ctx, "acme", []string{extra.ID, mine.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := mine.Size + ck.Size + extra.Size; got != want || want == 0 {
+		t.Errorf("LayerBytes(acme) = %d, want %d", got, want)
+	}
+	if got, _ := LayerBytes(ctx, nil, cks, "acme", nil); got != 0 {
+		t.Errorf("LayerBytes without a layer store = %d, want 0", got)
 	}
 }

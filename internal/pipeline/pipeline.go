@@ -57,9 +57,11 @@ const (
 	MaxOutput = 8 << 10
 )
 
-// Sandboxes is what the pipeline needs of the sandbox manager
-// (*sandbox.Manager implements it). The contract of each method is the
-// Manager's.
+// Sandboxes is what the pipeline needs of the sandbox manager (the
+// daemon adapts *sandbox.Manager to it). The contract of each method is
+// the Manager's of that name; LookupSandbox is sandbox.Handle.Sandbox,
+// WatchProcess sandbox.Handle.Watch and SandboxStats sandbox.Handle.Stats
+// of the sandbox as the caller of ctx sees it.
 type Sandboxes interface {
 	CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error)
 	LookupSandbox(ctx context.Context, id string) (api.Sandbox, error)
@@ -76,8 +78,6 @@ type Sandboxes interface {
 type EgressLogger interface {
 	EgressLog(ctx context.Context, id string, limit int) ([]api.EgressRecord, error)
 }
-
-var _ Sandboxes = (*sandbox.Manager)(nil)
 
 // Config configures a Pipeline.
 type Config struct {

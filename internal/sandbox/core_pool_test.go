@@ -69,7 +69,7 @@ func TestHiddenSandboxLifecycle(t *testing.T) {
 	if got := state(t, m, id); got != api.StateRunning {
 		t.Fatalf("state %s", got)
 	}
-	ts, err := m.SandboxTransitions(ctx, id)
+	ts, err := transitions(ctx, m, id)
 	if err != nil || len(ts) != 1 || ts[0].From != api.StateCreating || ts[0].Cause != api.CauseCreate || ts[0].Detail != "warm pool" {
 		t.Fatalf("transitions %+v, %v", ts, err)
 	}

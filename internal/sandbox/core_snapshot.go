@@ -20,20 +20,18 @@ import (
 // a host path below the data dir, for root to read with lstat and
 // O_NOFOLLOW (internal/layers), never to follow a link in.
 
-// ReadFS returns the host directories of sandbox id's filesystem, top-most
-// first (its writable upper directory, then its layers), with its
-// operation lock held shared: no restore, checkpoint or delete changes
-// them until release is called (its processes keep running, so a file
-// being written shows in either state). It does not wake a sleeping
+// ReadFS returns the host directories of the sandbox's filesystem,
+// top-most first (its writable upper directory, then its layers), with
+// its operation lock held shared: no restore, checkpoint or delete
+// changes them until release is called (its processes keep running, so a
+// file being written shows in either state). It does not wake a sleeping
 // sandbox and does not count as a call; a hibernated sandbox's disk is
-// mounted for the read, with its lock held exclusively instead (LockFiles).
-// The caller must call release, once. Another tenant's or an unknown
-// sandbox is ErrNotFound.
-func (m *Manager) ReadFS(ctx context.Context, id string) (dirs []string, release func(), err error) {
-	b, err := m.get(ctx, id)
-	if err != nil {
-		return nil, nil, err
-	}
+// mounted for the read, with its lock held exclusively instead
+// (LockFiles). The caller must call release, once. A deleted sandbox is
+// ErrNotFound. It must not be called with the sandbox's lock held
+// (inside a hook).
+func (h *Handle) ReadFS(ctx context.Context) (dirs []string, release func(), err error) {
+	b, id, m := h.b, h.ID(), h.m
 	b.life.RLock()
 	b.mu.Lock()
 	deleted, upper, lowers, state := b.deleted, b.rec.UpperDir, slices.Clone(b.rec.Layers), b.rec.Sandbox.State
@@ -52,18 +50,6 @@ func (m *Manager) ReadFS(ctx context.Context, id string) (dirs []string, release
 		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	return append([]string{upper}, lowers...), b.life.RUnlock, nil
-}
-
-// TemplateDirs resolves template name as a create would (the caller's
-// own templates first, then the catalogue; a builtin is built on first
-// use) and returns its full name and the host directories of its layers,
-// top-most first.
-func (m *Manager) TemplateDirs(ctx context.Context, name string) (string, []string, error) {
-	t, err := m.template(ctx, name)
-	if err != nil {
-		return "", nil, err
-	}
-	return t.Name, t.Layers, nil
 }
 
 // ForkBase is the id of the checkpoint the sandbox was forked from ("" for

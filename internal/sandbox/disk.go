@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/agentbox/agentbox/internal/diskquota"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -59,21 +58,10 @@ type diskMounter interface {
 	Unmount(dir string) error
 }
 
-// diskPreparer is a DiskQuota that can make the filesystem of one limit
-// once and copy it at Apply, so a create of that limit does not wait for
-// mkfs (diskquota.Loop.KeepTemplate).
-type diskPreparer interface {
-	// KeepTemplate makes the template filesystem of lim.
-	KeepTemplate(ctx context.Context, lim diskquota.Limits) error
-	// Close deletes it. Idempotent.
-	Close() error
-}
-
 var (
-	_ diskPreparer = (*diskquota.Loop)(nil)
-	_ DiskQuota    = (*diskquota.Project)(nil)
-	_ DiskQuota    = (*diskquota.Loop)(nil)
-	_ diskMounter  = (*diskquota.Loop)(nil)
+	_ DiskQuota   = (*diskquota.Project)(nil)
+	_ DiskQuota   = (*diskquota.Loop)(nil)
+	_ diskMounter = (*diskquota.Loop)(nil)
 )
 
 // hasDisk reports whether rec's sandbox asks for a disk quota.
@@ -191,24 +179,6 @@ func (m *Manager) removeOrphanDisks(ctx context.Context, known map[string]bool) 
 	}
 }
 
-// DiskMounted reports whether any sandbox's quota filesystem is mounted
-// (the daemon keeps <data>/sandboxes shared while one is).
-func (m *Manager) DiskMounted() bool {
-	if _, ok := m.cfg.DiskQuota.(diskMounter); !ok {
-		return false
-	}
-	entries, err := os.ReadDir(filepath.Join(m.cfg.DataDir, "sandboxes"))
-	if err != nil {
-		return false
-	}
-	for _, e := range entries {
-		if ok, _ := diskquota.IsMountPoint(filepath.Join(m.cfg.DataDir, "sandboxes", e.Name())); ok {
-			return true
-		}
-	}
-	return false
-}
-
 // diskUsage reports the usage of sandbox id's quota; ok is false when it
 // has none in force (none applied, or a filesystem not mounted).
 func (m *Manager) diskUsage(id string) (diskquota.Usage, bool) {
@@ -219,35 +189,11 @@ func (m *Manager) diskUsage(id string) (diskquota.Usage, bool) {
 	return u, err == nil
 }
 
-// DiskQuotaMethod names how disk quotas are enforced ("" when they are
+// diskQuotaMethod names how disk quotas are enforced ("" when they are
 // unavailable).
-func (m *Manager) DiskQuotaMethod() string {
+func (m *Manager) diskQuotaMethod() string {
 	if m.cfg.DiskQuota == nil {
 		return ""
 	}
 	return m.cfg.DiskQuota.Method()
-}
-
-// PrepareDisks makes the quota prepare the filesystem of the default disk
-// limit once, when its method makes filesystems (loop) and the daemon has
-// a default; CloseDisks undoes it.
-func (m *Manager) PrepareDisks(ctx context.Context) error {
-	dp, ok := m.cfg.DiskQuota.(diskPreparer)
-	def := m.cfg.DefaultResources
-	if !ok || def.DiskBytes == 0 {
-		return nil
-	}
-	lim := diskquota.Limits{Bytes: def.DiskBytes, Inodes: defaultInodes(def, def.DiskBytes)}
-	if err := dp.KeepTemplate(ctx, lim); err != nil {
-		return fmt.Errorf("preparing disks: %w", err)
-	}
-	return nil
-}
-
-// CloseDisks deletes what PrepareDisks made.
-func (m *Manager) CloseDisks() error {
-	if dp, ok := m.cfg.DiskQuota.(diskPreparer); ok {
-		return dp.Close()
-	}
-	return nil
 }

@@ -145,14 +145,14 @@ func TestDiskQuotaLifecycle(t *testing.T) {
 			if sb.Disk == nil || sb.Disk.TotalBytes != 32<<20 || sb.Disk.TotalInodes != 4096 || sb.Disk.UsedBytes != 4096 {
 				t.Fatalf("inspect disk = %+v", sb.Disk)
 			}
-			if _, err := m.HibernateSandbox(ctx, id); err != nil {
+			if _, err := m.SetState(ctx, id, api.StateHibernated); err != nil {
 				t.Fatal(err)
 			}
 			sb, _ = m.GetSandbox(ctx, id)
 			if mounts != (sb.Disk == nil) {
 				t.Fatalf("hibernated: disk %+v (mounts %v)", sb.Disk, mounts)
 			}
-			if _, err := m.ResumeSandbox(ctx, id); err != nil {
+			if _, err := m.SetState(ctx, id, api.StateRunning); err != nil {
 				t.Fatal(err)
 			}
 			if err := m.DeleteSandbox(ctx, id); err != nil {

@@ -20,7 +20,10 @@ type Handle struct {
 // ID is the sandbox's id.
 func (h *Handle) ID() string { return h.b.id() }
 
-// Sandbox returns the sandbox as recorded (a copy).
+// Sandbox returns the sandbox as recorded (a copy), without the live
+// limit reports of Manager.GetSandbox: it reads no cgroup counters and no
+// filesystem, so it is what hot paths (the pipeline resolves the sandbox
+// of every run) use.
 func (h *Handle) Sandbox() api.Sandbox { return h.b.view() }
 
 // Owner is the tenant the sandbox belongs to.

@@ -51,7 +51,7 @@ func TestInprocTenants(t *testing.T) {
 	if n, _ := h.M.Holdings("acme"); n != 1 {
 		t.Fatalf("Holdings(acme) = %d sandboxes", n)
 	}
-	if _, err := h.M.LayerBytes(ctx, "acme", nil); err != nil {
+	if _, err := sandbox.LayerBytes(ctx, h.M, "acme", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.M.PurgeTenant(ctx, "acme"); !errdefs.IsConflict(err) {
@@ -142,7 +142,11 @@ func TestInprocRunnersAndStats(t *testing.T) {
 	if _, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := h.M.SandboxStats(ctx, sb.ID)
+	hd, err := h.M.Handle(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := hd.Stats(ctx)
 	if err != nil || st.Pids < 2 { // the guest, and the shell or sleep
 		t.Fatalf("SandboxStats = %+v, %v", st, err)
 	}

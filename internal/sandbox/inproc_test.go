@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
 	"github.com/agentbox/agentbox/internal/sandboxfiles"
 )
@@ -35,7 +36,7 @@ func TestInprocCreateExecDelete(t *testing.T) {
 	if got, err := h.M.GetSandbox(ctx, sb.ID); err != nil || got.ID != sb.ID || got.State != api.StateRunning {
 		t.Fatalf("GetSandbox = %+v, %v", got, err)
 	}
-	if got, err := h.M.LookupSandbox(ctx, sb.ID); err != nil || got.Labels["team"] != "a" {
+	if got, err := lookup(ctx, h.M, sb.ID); err != nil || got.Labels["team"] != "a" {
 		t.Fatalf("LookupSandbox = %+v, %v", got, err)
 	}
 	other := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"team": "b"}})
@@ -49,8 +50,8 @@ func TestInprocCreateExecDelete(t *testing.T) {
 	if err != nil || info.Backend != inproc.Name || info.Sandboxes != 2 || info.Version != "v-test" {
 		t.Fatalf("Info = %+v, %v", info, err)
 	}
-	if h.M.Backend().Name != inproc.Name {
-		t.Fatalf("Backend = %+v", h.M.Backend())
+	if info, _ := h.M.Info(t.Context()); info.Backend != inproc.Name {
+		t.Fatalf("Backend = %+v", info.Backend)
 	}
 	if err := h.M.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
@@ -188,7 +189,11 @@ func TestInprocProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := h.M.WatchProcess(ctx, sb.ID, sleeper.Pid)
+	hd, err := h.M.Handle(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := hd.Watch(ctx, sleeper.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,4 +216,14 @@ func TestInprocProcesses(t *testing.T) {
 	if err := files.Signal(ctx, sb.ID, tty.Pid, "KILL"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lookup is sandbox id as recorded (Handle.Sandbox), as the caller of ctx
+// sees it.
+func lookup(ctx context.Context, m *sandbox.Manager, id string) (api.Sandbox, error) {
+	h, err := m.Handle(ctx, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return h.Sandbox(), nil
 }

@@ -8,10 +8,12 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/layergc"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/tenant"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
@@ -43,7 +45,7 @@ func layerManager(t *testing.T) (*Manager, *fakeQuotas, layers.Layer) {
 		t.Fatal(err)
 	}
 	m.cfg.Layers = ls
-	tm, err := templates.New(templates.Config{DataDir: filepath.Join(t.TempDir(), "templates"), Layers: ls, Admit: m.AdmitTemplateLayer})
+	tm, err := templates.New(templates.Config{DataDir: filepath.Join(t.TempDir(), "templates"), Layers: ls, Admit: m.admitTemplateLayer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +66,8 @@ func layerManager(t *testing.T) (*Manager, *fakeQuotas, layers.Layer) {
 	}
 	q := &fakeQuotas{}
 	q.Recorded = func(tn, layer string) bool {
-		n, _ := m.LayerBytes(context.Background(), tn, nil)
-		with, _ := m.LayerBytes(context.Background(), tn, []string{layer})
+		n, _ := m.layerBytes(context.Background(), tn, nil)
+		with, _ := m.layerBytes(context.Background(), tn, []string{layer})
 		return n == with
 	}
 	m.cfg.Quotas = q
@@ -140,3 +142,26 @@ func IDsOf(m *Manager) runtime.IDMap { return m.cfg.IDs }
 // TemplatesOf returns m's template store (for the template service,
 // internal/templatesvc, on a test Manager).
 func TemplatesOf(m *Manager) Templates { return m.templates }
+
+// layerBytes is layergc.LayerBytes, the tenant registry's layer meter, on
+// m's layer store and checkpoint records.
+func (m *Manager) layerBytes(ctx context.Context, owner string, extra []string) (int64, error) {
+	cks, _ := m.store.(store.CheckpointStore)
+	return layergc.LayerBytes(ctx, m.cfg.Layers, cks, owner, extra)
+}
+
+// LayerBytes is layerBytes.
+func LayerBytes(ctx context.Context, m *Manager, owner string, extra []string) (int64, error) {
+	return m.layerBytes(ctx, owner, extra)
+}
+
+// admitTemplateLayer admits a layer template name takes against the disk
+// quota of the template's tenant, as the tenant registry's
+// AdmitTemplateLayer does for the daemon's template store.
+func (m *Manager) admitTemplateLayer(ctx context.Context, name, layer string) (func(), error) {
+	if m.cfg.Quotas == nil {
+		return func() {}, nil
+	}
+	owner, _ := tenant.Split(name)
+	return m.cfg.Quotas.AdmitLayer(ctx, tenant.Owner(owner), layer)
+}

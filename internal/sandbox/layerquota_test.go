@@ -69,7 +69,7 @@ func TestLayerAdmission(t *testing.T) {
 	if _, err := s.CreateCheckpoint(ctx, other, api.CreateCheckpointRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := m.LayerBytes(ctx, "acme", nil); got != ck.SizeBytes || base.Size == 0 {
+	if got, _ := sandbox.LayerBytes(ctx, m, "acme", nil); got != ck.SizeBytes || base.Size == 0 {
 		t.Fatalf("acme's layer bytes %d, want its checkpoint's %d (not the catalogue's base)", got, ck.SizeBytes)
 	}
 
@@ -87,7 +87,7 @@ func TestLayerAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := m.LayerBytes(ctx, "acme", nil); got != ck.SizeBytes+vl.Size {
+	if got, _ := sandbox.LayerBytes(ctx, m, "acme", nil); got != ck.SizeBytes+vl.Size {
 		t.Fatalf("acme's layer bytes %d, want checkpoint %d + template %d", got, ck.SizeBytes, vl.Size)
 	}
 
@@ -139,11 +139,11 @@ func TestLayerAdmission(t *testing.T) {
 	if err := s.DeleteCheckpoint(acme, ck.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := m.LayerBytes(ctx, "acme", nil); got != vl.Size {
+	if got, _ := sandbox.LayerBytes(ctx, m, "acme", nil); got != vl.Size {
 		t.Errorf("acme's layer bytes after deleting its checkpoint: %d, want %d", got, vl.Size)
 	}
 	// Extra layers are charged once however often they are named.
-	if got, _ := m.LayerBytes(ctx, "acme", []string{ck.Layers[1], v.ID, v.ID}); got != vl.Size {
+	if got, _ := sandbox.LayerBytes(ctx, m, "acme", []string{ck.Layers[1], v.ID, v.ID}); got != vl.Size {
 		t.Errorf("extra catalogue and held layers changed the charge: %d, want %d", got, vl.Size)
 	}
 
@@ -168,7 +168,7 @@ func TestLayerAdmission(t *testing.T) {
 	if asked, _ := q.Calls(); !slices.Equal(asked, []string{"acme " + img.ID}) {
 		t.Errorf("import asked %v", asked)
 	}
-	if got, _ := m.LayerBytes(ctx, "acme", nil); got != vl.Size+ck.SizeBytes {
+	if got, _ := sandbox.LayerBytes(ctx, m, "acme", nil); got != vl.Size+ck.SizeBytes {
 		t.Errorf("acme's layer bytes with its import: %d, want %d", got, vl.Size+ck.SizeBytes)
 	}
 	if _, err := sandbox.LayersOf(m).Get(base.ID); err != nil {

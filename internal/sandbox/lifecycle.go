@@ -406,60 +406,51 @@ func (m *Manager) lockLive(ctx context.Context, id string) (*box, func(), error)
 	return b, b.life.Unlock, nil
 }
 
-// PauseSandbox freezes every process of a running sandbox; its memory is
-// kept. Pausing a paused sandbox does nothing; any other state is
-// ErrConflict. Backends without runtime.Pauser: ErrFailedPrecondition.
-func (m *Manager) PauseSandbox(ctx context.Context, id string) (api.Sandbox, error) {
+// SetState moves sandbox id to state to, as an API call asks (cause
+// api.CauseAPI), and returns the sandbox as it then is:
+//
+//   - api.StatePaused freezes every process of a running sandbox; its
+//     memory is kept. Pausing a paused sandbox does nothing; any other
+//     state is ErrConflict. Backends without runtime.Pauser:
+//     ErrFailedPrecondition.
+//   - api.StateHibernated stops a running or paused sandbox's guest and
+//     every process, keeping its filesystem on disk. Hibernating a
+//     hibernated sandbox does nothing.
+//   - api.StateRunning brings a paused or hibernated sandbox back to
+//     running; a stopped or failed one is restarted on its filesystem.
+//     Resuming a running sandbox does nothing.
+//
+// Any other state is ErrInvalidArgument. It takes the sandbox's operation
+// lock exclusively.
+func (m *Manager) SetState(ctx context.Context, id, to string) (api.Sandbox, error) {
+	var change func(b *box) error
+	switch to {
+	case api.StatePaused:
+		change = func(b *box) error { return m.pauseLocked(ctx, b, api.CauseAPI, "") }
+	case api.StateHibernated:
+		change = func(b *box) error { return m.hibernateLocked(ctx, b, api.CauseAPI, "") }
+	case api.StateRunning:
+		change = func(b *box) error { return m.wakeLocked(ctx, b, api.CauseAPI, "", true) }
+	default:
+		return api.Sandbox{}, fmt.Errorf("sandbox %s: cannot be set %q: %w", id, to, errdefs.ErrInvalidArgument)
+	}
 	b, unlock, err := m.lockLive(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	defer unlock()
-	if err := m.pauseLocked(ctx, b, api.CauseAPI, ""); err != nil {
+	if err := change(b); err != nil {
 		return api.Sandbox{}, err
 	}
 	return b.view(), nil
 }
 
-// HibernateSandbox stops a running or paused sandbox's guest and every
-// process, keeping its filesystem on disk. Hibernating a hibernated
-// sandbox does nothing.
-func (m *Manager) HibernateSandbox(ctx context.Context, id string) (api.Sandbox, error) {
-	b, unlock, err := m.lockLive(ctx, id)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	if err := m.hibernateLocked(ctx, b, api.CauseAPI, ""); err != nil {
-		return api.Sandbox{}, err
-	}
-	return b.view(), nil
-}
-
-// ResumeSandbox brings a paused or hibernated sandbox back to running; a
-// stopped or failed one is restarted on its filesystem. Resuming a running
-// sandbox does nothing.
-func (m *Manager) ResumeSandbox(ctx context.Context, id string) (api.Sandbox, error) {
-	b, unlock, err := m.lockLive(ctx, id)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	defer unlock()
-	if err := m.wakeLocked(ctx, b, api.CauseAPI, "", true); err != nil {
-		return api.Sandbox{}, err
-	}
-	return b.view(), nil
-}
-
-// SandboxTransitions returns sandbox id's newest transitions, oldest first.
-func (m *Manager) SandboxTransitions(ctx context.Context, id string) ([]api.Transition, error) {
-	b, err := m.get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]api.Transition{}, b.rec.Transitions...), nil
+// Transitions returns the sandbox's newest state transitions, oldest
+// first (a copy).
+func (h *Handle) Transitions() []api.Transition {
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	return append([]api.Transition{}, h.b.rec.Transitions...)
 }
 
 // pauseLocked freezes b (b.life held exclusively).

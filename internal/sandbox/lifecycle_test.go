@@ -228,7 +228,7 @@ func state(t *testing.T, m *Manager, id string) string {
 
 func causes(t *testing.T, m *Manager, id string) []string {
 	t.Helper()
-	ts, err := m.SandboxTransitions(context.Background(), id)
+	ts, err := transitions(context.Background(), m, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestTTLExcludesSleep(t *testing.T) {
 	never := &api.IdlePolicy{PauseAfterSeconds: -1, DeleteAfterSeconds: -1}
 	id := createTest(t, m, api.CreateSandboxRequest{TimeoutSeconds: 100, Idle: never})
 	clk.Advance(40 * time.Second)
-	if _, err := m.PauseSandbox(ctx, id); err != nil {
+	if _, err := m.SetState(ctx, id, api.StatePaused); err != nil {
 		t.Fatal(err)
 	}
 	if sb, _ := m.GetSandbox(ctx, id); sb.ExpiresAt != nil {
@@ -418,7 +418,7 @@ func TestTTLExcludesSleep(t *testing.T) {
 	if s := state(t, m, id); s != api.StatePaused {
 		t.Fatalf("paused sandbox expired: %s", s)
 	}
-	sb, err := m.ResumeSandbox(ctx, id)
+	sb, err := m.SetState(ctx, id, api.StateRunning)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +436,7 @@ func TestTTLExcludesSleep(t *testing.T) {
 
 	counting := &api.IdlePolicy{PauseAfterSeconds: -1, DeleteAfterSeconds: -1, TTLCountsAsleep: true}
 	id = createTest(t, m, api.CreateSandboxRequest{TimeoutSeconds: 100, Idle: counting})
-	if _, err := m.HibernateSandbox(ctx, id); err != nil {
+	if _, err := m.SetState(ctx, id, api.StateHibernated); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(100 * time.Second)
@@ -455,14 +455,14 @@ func TestExplicitTransitions(t *testing.T) {
 		want string
 		err  error
 	}{
-		{m.PauseSandbox, api.StatePaused, nil},
-		{m.PauseSandbox, api.StatePaused, nil},
-		{m.HibernateSandbox, api.StateHibernated, nil},
-		{m.PauseSandbox, "", errdefs.ErrConflict},
-		{m.HibernateSandbox, api.StateHibernated, nil},
-		{m.ResumeSandbox, api.StateRunning, nil},
-		{m.ResumeSandbox, api.StateRunning, nil},
-		{m.HibernateSandbox, api.StateHibernated, nil},
+		{setter(m, api.StatePaused), api.StatePaused, nil},
+		{setter(m, api.StatePaused), api.StatePaused, nil},
+		{setter(m, api.StateHibernated), api.StateHibernated, nil},
+		{setter(m, api.StatePaused), "", errdefs.ErrConflict},
+		{setter(m, api.StateHibernated), api.StateHibernated, nil},
+		{setter(m, api.StateRunning), api.StateRunning, nil},
+		{setter(m, api.StateRunning), api.StateRunning, nil},
+		{setter(m, api.StateHibernated), api.StateHibernated, nil},
 	} {
 		sb, err := step.op(ctx, id)
 		if step.err != nil {
@@ -486,7 +486,7 @@ func TestExplicitTransitions(t *testing.T) {
 	if err := m.DeleteSandbox(ctx, id); err != nil {
 		t.Fatalf("deleting a hibernated sandbox: %v", err)
 	}
-	if _, err := m.PauseSandbox(ctx, id); !errdefs.IsNotFound(err) {
+	if _, err := m.SetState(ctx, id, api.StatePaused); !errdefs.IsNotFound(err) {
 		t.Fatalf("pause after delete: %v", err)
 	}
 	_ = be
@@ -502,4 +502,19 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// setter is m.SetState to state to as a function of the sandbox id.
+func setter(m *Manager, to string) func(context.Context, string) (api.Sandbox, error) {
+	return func(ctx context.Context, id string) (api.Sandbox, error) { return m.SetState(ctx, id, to) }
+}
+
+// transitions is sandbox id's Handle.Transitions as the caller of ctx
+// sees it.
+func transitions(ctx context.Context, m *Manager, id string) ([]api.Transition, error) {
+	h, err := m.Handle(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return h.Transitions(), nil
 }

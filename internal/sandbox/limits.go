@@ -70,7 +70,7 @@ func (m *Manager) resolveResources(req api.Resources, tmpl templates.Template) (
 		fill(&res.DiskInodes, d.DiskInodes)
 	}
 	if res.DiskInodes == 0 && res.DiskBytes != 0 {
-		res.DiskInodes = defaultInodes(m.cfg.DefaultResources, res.DiskBytes)
+		res.DiskInodes = DefaultInodes(m.cfg.DefaultResources, res.DiskBytes)
 	}
 	if err := validateLimits(res); err != nil {
 		return api.Resources{}, err
@@ -86,10 +86,10 @@ func (m *Manager) resolveResources(req api.Resources, tmpl templates.Template) (
 	return res, nil
 }
 
-// defaultInodes is the inode limit of a disk of bytes that sets none:
+// DefaultInodes is the inode limit of a disk of bytes that sets none:
 // def's, scaled down for a smaller disk (bytesPerDefaultInode); 0 when def
 // has none.
-func defaultInodes(def api.Resources, bytes int64) int64 {
+func DefaultInodes(def api.Resources, bytes int64) int64 {
 	if def.DiskInodes == 0 {
 		return 0
 	}

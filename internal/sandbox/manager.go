@@ -22,7 +22,6 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -48,7 +47,7 @@ type Config struct {
 	// short (unix socket paths are limited to 108 bytes) and root-only.
 	RunDir string
 	// RunnerDir holds the guest binary ("agentbox") mounted read-only into
-	// every sandbox at /.agentbox; see PrepareRunner.
+	// every sandbox at /.agentbox; see runner.Install.
 	RunnerDir string
 	// IDs is the canonical host uid/gid range: layers, upper and work dirs
 	// are owned by it on disk, and, without IDRanges, every sandbox's ids
@@ -186,7 +185,7 @@ func New(cfg Config, backends *runtime.Registry, tmpl Templates, st store.Store)
 		sandboxes: make(map[string]*box),
 	}
 	if tmpl == nil && cfg.NewTemplates != nil {
-		t, err := cfg.NewTemplates(m.stepRunner(), m.AdmitTemplateLayer)
+		t, err := cfg.NewTemplates(m.stepRunner())
 		if err != nil {
 			return nil, err
 		}
@@ -197,9 +196,6 @@ func New(cfg Config, backends *runtime.Registry, tmpl Templates, st store.Store)
 	}
 	return m, nil
 }
-
-// Backend returns the default isolation backend's capabilities.
-func (m *Manager) Backend() runtime.Capabilities { return m.backends.Default().Capabilities() }
 
 // Info reports the daemon's version, backend and number of sandboxes.
 func (m *Manager) Info(ctx context.Context) (api.Info, error) {
@@ -217,7 +213,7 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		DataDir:           m.cfg.DataDir,
 		Sandboxes:         n,
 		Backends:          m.backendInfos(),
-		DiskQuota:         m.DiskQuotaMethod(),
+		DiskQuota:         m.diskQuotaMethod(),
 		DefaultDiskBytes:  m.cfg.DefaultResources.DiskBytes,
 		DefaultDiskInodes: m.cfg.DefaultResources.DiskInodes,
 		MaxDiskBytes:      maxBytes,
@@ -272,17 +268,6 @@ func (m *Manager) GetSandbox(ctx context.Context, id string) (api.Sandbox, error
 	sb := b.view()
 	m.reportLimits(ctx, b, &sb)
 	return sb, nil
-}
-
-// LookupSandbox returns one sandbox as recorded, without the live limit
-// reports of GetSandbox: it reads no cgroup counters and no filesystem, so
-// it is what hot paths (every exec resolves its sandbox) use.
-func (m *Manager) LookupSandbox(ctx context.Context, id string) (api.Sandbox, error) {
-	b, err := m.get(ctx, id)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	return b.view(), nil
 }
 
 // get returns sandbox id for the caller of ctx. A hidden sandbox (not
@@ -384,22 +369,4 @@ func (m *Manager) Close() error {
 		b.mu.Unlock()
 	}
 	return nil
-}
-
-// DestroyAll deletes every sandbox. The embedded daemon of `agentbox run`
-// uses it on exit; a long-running daemon never does.
-func (m *Manager) DestroyAll(ctx context.Context) error {
-	m.mu.Lock()
-	ids := make([]string, 0, len(m.sandboxes))
-	for id := range m.sandboxes {
-		ids = append(ids, id)
-	}
-	m.mu.Unlock()
-	var errs []error
-	for _, id := range ids {
-		if err := m.DeleteSandbox(ctx, id); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

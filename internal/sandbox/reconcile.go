@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -27,24 +26,6 @@ func (m *Manager) quarantineCorrupt(ctx context.Context) {
 	if len(moved) > 0 {
 		m.log.WarnContext(ctx, "corrupt records quarantined", "count", len(moved))
 	}
-}
-
-// Quarantine returns the records set aside as corrupt at start-up (none
-// when the store cannot quarantine).
-func (m *Manager) Quarantine(ctx context.Context) ([]api.QuarantinedRecord, error) {
-	out := []api.QuarantinedRecord{}
-	q, ok := m.store.(store.Quarantiner)
-	if !ok {
-		return out, nil
-	}
-	recs, err := q.ListQuarantine(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range recs {
-		out = append(out, api.QuarantinedRecord{Bucket: r.Bucket, Key: r.Key, Reason: r.Reason, Raw: r.Raw, At: r.At})
-	}
-	return out, nil
 }
 
 // sweepOrphans runs at the end of Recover, once every record has been

@@ -9,16 +9,13 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
-// SandboxStats returns the resource counters of a sandbox's cgroup (CPU
-// time since its guest started, current memory). It does not count as
+// Stats returns the resource counters of the sandbox's cgroup (CPU time
+// since its guest started, current memory). It does not count as
 // activity and never wakes the sandbox: one with no live guest (asleep,
 // stopped) and a backend without counters are both ErrFailedPrecondition:
-// "no sample now".
-func (m *Manager) SandboxStats(ctx context.Context, id string) (runtime.Stats, error) {
-	b, err := m.get(ctx, id)
-	if err != nil {
-		return runtime.Stats{}, err
-	}
+// "no sample now"; a deleted sandbox is ErrNotFound.
+func (h *Handle) Stats(ctx context.Context) (runtime.Stats, error) {
+	b, id := h.b, h.ID()
 	b.mu.Lock()
 	rt, deleted := b.rt, b.deleted
 	b.mu.Unlock()
@@ -36,17 +33,16 @@ func (m *Manager) SandboxStats(ctx context.Context, id string) (runtime.Stats, e
 	return st, nil
 }
 
-// WatchProcess streams the rest of process pid's events (no replay) to an
-// observer such as the run recorder of internal/pipeline. Unlike Attach it
-// is not activity: it neither wakes the sandbox nor keeps it from going
-// idle, and output is redacted like every stream. The stream ends with the
+// Watch streams the rest of process pid's events (no replay) to an
+// observer such as the run recorder of internal/pipeline. Unlike
+// Manager.Attach it is not activity: it neither wakes the sandbox nor
+// keeps it from going idle, and output passes through every
+// StreamWrapper (redaction) like every stream. The stream ends with the
 // exit event, or with an error when the guest goes away (the sandbox is
-// hibernated, restarted or deleted).
-func (m *Manager) WatchProcess(ctx context.Context, id string, pid int) (execstream.Stream, error) {
-	b, err := m.get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
+// hibernated, restarted or deleted); without a live guest it is
+// ErrFailedPrecondition.
+func (h *Handle) Watch(ctx context.Context, pid int) (execstream.Stream, error) {
+	b, id, m := h.b, h.ID(), h.m
 	b.mu.Lock()
 	g, deleted := b.guest, b.deleted
 	b.mu.Unlock()

@@ -42,12 +42,12 @@ var _ Templates = (*templates.Manager)(nil)
 
 // TemplatesFactory builds the template store of a Manager under
 // construction. Templates and sandboxes depend on each other: the store
-// runs "run" steps in the Manager's sandboxes (runner) and admits new
-// layers against tenants' quotas (admit, Manager.AdmitTemplateLayer);
-// the Manager creates sandboxes from templates. New calls the factory
-// once, before it returns, so the cycle is closed at construction and no
-// setter exists.
-type TemplatesFactory func(runner *StepRunner, admit func(ctx context.Context, name, layer string) (release func(), err error)) (Templates, error)
+// runs "run" steps in the Manager's sandboxes (runner); the Manager
+// creates sandboxes from templates. New calls the factory once, before it
+// returns, so the cycle is closed at construction and no setter exists.
+// (The store admits new layers against tenants' quotas on its own:
+// templates.Config.Admit, the tenant registry's AdmitTemplateLayer.)
+type TemplatesFactory func(runner *StepRunner) (Templates, error)
 
 var (
 	_ templates.StepRunner    = (*StepRunner)(nil)
@@ -79,7 +79,7 @@ func (r *StepRunner) StepScratch(ctx context.Context) (string, func(), error) {
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return "", nil, fmt.Errorf("build step: %w", err)
 	}
-	lim := diskquota.Limits{Bytes: def.DiskBytes, Inodes: defaultInodes(def, def.DiskBytes)}
+	lim := diskquota.Limits{Bytes: def.DiskBytes, Inodes: DefaultInodes(def, def.DiskBytes)}
 	if err := m.cfg.DiskQuota.Apply(ctx, dir, id, lim); err != nil {
 		_ = os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("build step: disk quota: %w", err)

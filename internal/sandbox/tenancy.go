@@ -3,11 +3,8 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/agentbox/agentbox/api"
-	"github.com/agentbox/agentbox/internal/store"
-	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -29,8 +26,8 @@ type Quotas interface {
 	AdmitSandboxes(ctx context.Context, tenant string, n int, disk int64) (diskEach int64, release func(), err error)
 	// AdmitLayer reserves room in the tenant's disk quota for layer, just
 	// written for a checkpoint or template of the tenant and not recorded
-	// yet; release is called once its record is written (LayerBytes then
-	// counts it) or the layer was dropped. When it fails, the caller drops
+	// yet; release is called once its record is written (layergc.LayerBytes
+	// then counts it) or the layer was dropped. When it fails, the caller drops
 	// the layer and records nothing.
 	AdmitLayer(ctx context.Context, tenant, layer string) (release func(), err error)
 	// AdmitRun checks the tenant's CPU quota.
@@ -46,24 +43,6 @@ func (m *Manager) admitSandboxes(ctx context.Context, owner string, n int, disk 
 		return disk, func() {}, nil
 	}
 	return q.AdmitSandboxes(ctx, tenant.Owner(owner), n, disk)
-}
-
-// admitLayer admits layer, written for owner, against owner's disk quota
-// (Quotas.AdmitLayer).
-func (m *Manager) admitLayer(ctx context.Context, owner, layer string) (func(), error) {
-	q := m.quotaAdmission()
-	if q == nil {
-		return func() {}, nil
-	}
-	return q.AdmitLayer(ctx, tenant.Owner(owner), layer)
-}
-
-// AdmitTemplateLayer is the template manager's admission hook
-// (templates.Config.Admit): a layer a template takes is admitted against
-// the disk quota of the template's tenant (its stored name's qualifier).
-func (m *Manager) AdmitTemplateLayer(ctx context.Context, name, layer string) (release func(), err error) {
-	owner, _ := tenant.Split(name)
-	return m.admitLayer(ctx, owner, layer)
 }
 
 func (m *Manager) admitRun(ctx context.Context, owner string) error {
@@ -94,50 +73,6 @@ func (m *Manager) Holdings(owner string) (sandboxes int, diskBytes int64) {
 		b.mu.Unlock()
 	}
 	return sandboxes, diskBytes
-}
-
-// LayerBytes returns the bytes on disk of the layers charged to owner's
-// disk quota (registry.Meters.Layers): every layer in the chains of its
-// checkpoints, of the layers its templates hold a reference on (saved
-// versions, built and imported templates) and of extra, each layer once,
-// leaving out every layer in the chains of the admin's templates (the
-// shared catalogue every tenant builds on). A layer shared with another
-// tenant is charged to both. Sizes come from the layers' metadata; no
-// tree is walked.
-func (m *Manager) LayerBytes(ctx context.Context, owner string, extra []string) (int64, error) {
-	ls := m.cfg.Layers
-	if ls == nil {
-		return 0, nil
-	}
-	owner = tenant.Owner(owner)
-	roots := slices.Clone(extra)
-	if cs, ok := m.store.(store.CheckpointStore); ok {
-		recs, err := cs.ListCheckpoints(ctx)
-		if err != nil {
-			return 0, err
-		}
-		for _, r := range recs {
-			if tenant.Owner(r.Checkpoint.Tenant) == owner {
-				roots = append(roots, r.Layer)
-			}
-		}
-	}
-	var shared []string
-	for _, l := range ls.List() {
-		for _, ref := range l.Refs {
-			name, ok := templates.RefTemplate(ref)
-			if !ok {
-				continue
-			}
-			switch o, _ := tenant.Split(name); o {
-			case owner:
-				roots = append(roots, l.ID)
-			case api.AdminTenant:
-				shared = append(shared, l.ID)
-			}
-		}
-	}
-	return ls.ChainsSize(roots, shared), nil
 }
 
 // admitExec checks the CPU quota of the tenant owning sandbox id (which

@@ -73,7 +73,11 @@ func (m *Snapshots) resolveState(ctx context.Context, ref string) (fsState, erro
 }
 
 func (m *Snapshots) sandboxState(ctx context.Context, id string) (fsState, error) {
-	dirs, release, err := m.sbx.ReadFS(ctx, id)
+	h, err := m.sbx.Handle(ctx, id)
+	if err != nil {
+		return fsState{}, err
+	}
+	dirs, release, err := h.ReadFS(ctx)
 	if err != nil {
 		return fsState{}, err
 	}
@@ -97,11 +101,11 @@ func (m *Snapshots) checkpointState(ctx context.Context, ref string) (fsState, e
 }
 
 func (m *Snapshots) templateState(ctx context.Context, name string) (fsState, error) {
-	full, dirs, err := m.sbx.TemplateDirs(ctx, name)
+	t, err := m.sbx.ResolveTemplate(ctx, name)
 	if err != nil {
 		return fsState{}, err
 	}
-	return fsState{ref: "template:" + full, dirs: dirs, release: func() {}}, nil
+	return fsState{ref: "template:" + t.Name, dirs: t.Layers, release: func() {}}, nil
 }
 
 // view computes the merged view of a resolved state.

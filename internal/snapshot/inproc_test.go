@@ -313,7 +313,7 @@ func TestInprocRecover(t *testing.T) {
 	a := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"n": "a"}})
 	b := h.Create(api.CreateSandboxRequest{Labels: map[string]string{"n": "b"}})
 	hib := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent})
-	if _, err := h.M.HibernateSandbox(ctx, hib.ID); err != nil {
+	if _, err := h.M.SetState(ctx, hib.ID, api.StateHibernated); err != nil {
 		t.Fatal(err)
 	}
 	ck, err := sn.CreateCheckpoint(ctx, a.ID, api.CreateCheckpointRequest{Name: "before-restart"})
@@ -350,10 +350,10 @@ func TestInprocRecover(t *testing.T) {
 	if _, err := sn.GetCheckpoint(ctx, ck.ID); err != nil {
 		t.Fatalf("checkpoint after recover: %v", err)
 	}
-	if q, err := m2.Quarantine(ctx); err != nil || len(q) != 0 {
+	if q, err := h.Store.ListQuarantine(ctx); err != nil || len(q) != 0 {
 		t.Fatalf("Quarantine = %+v, %v", q, err)
 	}
-	if _, err := m2.ResumeSandbox(ctx, hib.ID); err != nil {
+	if _, err := m2.SetState(ctx, hib.ID, api.StateRunning); err != nil {
 		t.Fatalf("waking the hibernated sandbox after recover: %v", err)
 	}
 }
@@ -370,7 +370,7 @@ func TestInprocNamed(t *testing.T) {
 	if err != nil || created || again.ID != first.ID {
 		t.Fatalf("again = %+v, %v, %v", again, created, err)
 	}
-	if _, err := h.M.HibernateSandbox(ctx, first.ID); err != nil {
+	if _, err := h.M.SetState(ctx, first.ID, api.StateHibernated); err != nil {
 		t.Fatal(err)
 	}
 	woke, created, err := h.M.CreateOrGetSandbox(ctx, api.CreateSandboxRequest{Name: "dev"})
@@ -391,17 +391,21 @@ func TestInprocLifecycle(t *testing.T) {
 	if _, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := h.M.PauseSandbox(ctx, sb.ID); err != nil || got.State != api.StatePaused {
+	if got, err := h.M.SetState(ctx, sb.ID, api.StatePaused); err != nil || got.State != api.StatePaused {
 		t.Fatalf("Pause = %+v, %v", got, err)
 	}
-	st, err := h.M.SandboxStats(ctx, sb.ID)
+	hd, err := h.M.Handle(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := hd.Stats(ctx)
 	if err != nil || st.Pids < 2 {
 		t.Fatalf("SandboxStats = %+v, %v", st, err)
 	}
-	if got, err := h.M.ResumeSandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
+	if got, err := h.M.SetState(ctx, sb.ID, api.StateRunning); err != nil || got.State != api.StateRunning {
 		t.Fatalf("Resume = %+v, %v", got, err)
 	}
-	if got, err := h.M.HibernateSandbox(ctx, sb.ID); err != nil || got.State != api.StateHibernated {
+	if got, err := h.M.SetState(ctx, sb.ID, api.StateHibernated); err != nil || got.State != api.StateHibernated {
 		t.Fatalf("Hibernate = %+v, %v", got, err)
 	}
 	if p := inproc.Processes(sb.ID); len(p) != 0 {
@@ -414,11 +418,11 @@ func TestInprocLifecycle(t *testing.T) {
 	if got, _ := h.M.GetSandbox(ctx, sb.ID); got.State != api.StateRunning {
 		t.Fatalf("after the waking exec: %s", got.State)
 	}
-	tr, err := h.M.SandboxTransitions(ctx, sb.ID)
-	if err != nil || len(tr) < 5 {
-		t.Fatalf("transitions = %+v, %v", tr, err)
+	tr := hd.Transitions()
+	if len(tr) < 5 {
+		t.Fatalf("transitions = %+v", tr)
 	}
-	if err := h.M.DestroyAll(ctx); err != nil {
+	if err := sandboxtest.DestroyAll(ctx, h.M); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := h.M.ListSandboxes(ctx, nil); len(l) != 0 {
@@ -438,9 +442,9 @@ func TestInprocCheckpointKeepsSleepingSource(t *testing.T) {
 		h.Write(sb.ID, "work/f.txt", "kept\n")
 		var err error
 		if sleep == api.StatePaused {
-			_, err = m.PauseSandbox(ctx, sb.ID)
+			_, err = m.SetState(ctx, sb.ID, api.StatePaused)
 		} else {
-			_, err = m.HibernateSandbox(ctx, sb.ID)
+			_, err = m.SetState(ctx, sb.ID, api.StateHibernated)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -465,10 +469,11 @@ func TestInprocCheckpointKeepsSleepingSource(t *testing.T) {
 		if _, err := sn.Restore(ctx, sb.ID, ck.ID); err != nil {
 			t.Fatal(err)
 		}
-		ts, err := m.SandboxTransitions(ctx, sb.ID)
+		hd, err := m.Handle(ctx, sb.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
+		ts := hd.Transitions()
 		causes := map[string]string{}
 		for _, tr := range ts {
 			if tr.From == tr.To {

@@ -10,8 +10,8 @@
 // purged tenant's checkpoints; RescueHook: a failed upgrade falls back to
 // the latest checkpoint) and reaches sandboxes through the core's API for
 // it (internal/sandbox/core_snapshot.go: LockRunning, LockFiles,
-// Handle.Frozen, Handle.Reset, Handle.Note, CreateFork, ReadFS,
-// TemplateDirs). The core never imports
+// Handle.Frozen, Handle.Reset, Handle.Note, CreateFork, Handle.ReadFS,
+// ResolveTemplate). The core never imports
 // it. See docs/EXTENSIONS.md.
 package snapshot
 
@@ -31,6 +31,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -44,8 +45,9 @@ type Sandboxes interface {
 	LockRunning(ctx context.Context, id string) (*sandbox.Handle, func(), error)
 	LockFiles(ctx context.Context, id string) (*sandbox.Handle, func(), error)
 	CreateFork(ctx context.Context, spec sandbox.ForkSpec) (api.Sandbox, error)
-	ReadFS(ctx context.Context, id string) (dirs []string, release func(), err error)
-	TemplateDirs(ctx context.Context, name string) (string, []string, error)
+	// ResolveTemplate resolves a template as a create would (the
+	// caller's own templates first, then the catalogue).
+	ResolveTemplate(ctx context.Context, name string) (templates.Template, error)
 	// Calls as the API serves them.
 	ListSandboxes(ctx context.Context, labels map[string]string) ([]api.Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error

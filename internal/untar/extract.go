@@ -69,7 +69,17 @@ func (x *extractor) dirPerm() uint32 {
 	if x.opts.Perm == 0 {
 		return 0o700
 	}
-	return 0o755
+	return 0o755 &^ x.opts.Umask
+}
+
+// mode is the mode an entry of type typ and archive mode hdrMode gets
+// (Options.Perm, OwnerWritableDirs, Umask); only used when Perm is set.
+func (o *Options) mode(typ byte, hdrMode int64) uint32 {
+	perm := uint32(hdrMode) & o.Perm
+	if typ == tar.TypeDir && o.OwnerWritableDirs {
+		perm |= 0o700
+	}
+	return perm &^ o.Umask
 }
 
 func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
@@ -87,7 +97,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 			return err
 		}
 	}
-	typ, perm := hdr.Typeflag, uint32(hdr.Mode)&x.opts.Perm
+	typ, perm := hdr.Typeflag, x.opts.mode(hdr.Typeflag, hdr.Mode)
 	if x.opts.Whiteouts && rel != "." {
 		base := path.Base(rel)
 		if base == ".wh..wh..opq" {

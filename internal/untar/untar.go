@@ -1,7 +1,8 @@
 // Package untar is agentbox's one tar extractor: it writes a tar stream
 // beneath a root directory without ever writing outside it or through a
-// symlink. The guest's archive upload, layer import (layers.ImportTar)
-// and the spooling of image archives (oci) all extract through it; what
+// symlink. The guest's archive upload, layer import (layers.ImportTar),
+// the spooling of image archives (oci) and the CLI's download of a
+// directory (agentbox cp) all extract through it; what
 // differs between them (which entry types are kept, ownership, modes,
 // xattrs, overlay whiteouts, the free-space reserve) is an Options value.
 //
@@ -16,8 +17,8 @@
 //     RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS below
 //     the root descriptor, so an entry whose path crosses a symlink (for
 //     example one the same archive planted) or leaves the root is refused.
-//     Missing parents are created (0755, or 0700 when Options.Perm is 0)
-//     and given Options.Owner(0, 0).
+//     Missing parents are created (0755 less Options.Umask, or 0700 when
+//     Options.Perm is 0) and given Options.Owner(0, 0).
 //   - Sparse entries (package tarcheck) and unknown types are refused; PAX
 //     global headers carry no file and are skipped.
 //   - Room: before an entry is written its directory's filesystem must
@@ -94,6 +95,16 @@ type Options struct {
 	// setgid and sticky; 0o777 drops them). Zero ignores the archive's
 	// modes: files stay 0600 and directories 0700.
 	Perm uint32
+	// Umask clears its bits from every mode set (after Perm), as a
+	// process umask would for files it creates; the mode of parent
+	// directories made for an entry too. Zero clears nothing. Ignored
+	// when Perm is zero.
+	Umask uint32
+	// OwnerWritableDirs gives every directory entry rwx for its owner
+	// (before Umask), so that later entries can be written into it
+	// whatever mode the archive gives it (a host extraction by an
+	// unprivileged user: agentbox cp). Ignored when Perm is zero.
+	OwnerWritableDirs bool
 	// Owner, when set, maps an entry's uid and gid to the owner it is
 	// given (after which its mode is set, as chown clears setuid); an
 	// error refuses the entry. Nil leaves entries owned by the process.

@@ -271,3 +271,36 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// Umask clears bits from every mode the archive gives (and from parents
+// made for an entry); OwnerWritableDirs keeps every directory writable
+// by its owner, so that its entries can be written into it.
+func TestUmaskAndOwnerWritableDirs(t *testing.T) {
+	old := unix.Umask(0) // the kernel's umask would hide what Umask does
+	defer unix.Umask(old)
+	root, err := extract(t, Options{Perm: 0o777, Umask: 0o027, OwnerWritableDirs: true}, tarOf(t,
+		&tar.Header{Name: "ro/", Typeflag: tar.TypeDir, Mode: 0o555},
+		&tar.Header{Name: "ro/f", Typeflag: tar.TypeReg, Mode: 0o4777, Linkname: "x"},
+		&tar.Header{Name: "made/g", Typeflag: tar.TypeReg, Mode: 0o666, Linkname: "y"},
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{"ro": 0o750, "ro/f": 0o750, "made": 0o750, "made/g": 0o640} {
+		st, err := os.Stat(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode() & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky); got != want {
+			t.Errorf("%s: mode %v, want %v", name, got, want)
+		}
+	}
+	// Without OwnerWritableDirs a directory keeps the archive's mode.
+	root, err = extract(t, Options{Perm: 0o777}, tarOf(t, &tar.Header{Name: "ro/", Typeflag: tar.TypeDir, Mode: 0o555}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Join(root, "ro")); err != nil || st.Mode().Perm() != 0o555 {
+		t.Errorf("ro without OwnerWritableDirs: %v, %v", st, err)
+	}
+}

@@ -24,8 +24,10 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/runner"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/inproc"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -91,7 +93,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	if err := os.WriteFile(bin, []byte("#!/bin/false\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	runner, err := sandbox.PrepareRunner(filepath.Join(dir, "runners"), bin)
+	runnerDir, err := runner.Install(filepath.Join(dir, "runners"), bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	t.Cleanup(func() { os.RemoveAll(runDir) })
 	cfg := sandbox.Config{
-		DataDir: filepath.Join(dir, "data"), RunDir: runDir, RunnerDir: runner,
+		DataDir: filepath.Join(dir, "data"), RunDir: runDir, RunnerDir: runnerDir,
 		IDs: ids, DefaultTemplate: "base", Layers: ls, Version: "v-test",
 		Logger: slog.New(slog.DiscardHandler),
 	}
@@ -128,7 +130,7 @@ func (e *Env) Manager() *sandbox.Manager {
 		e.T.Fatal(err)
 	}
 	e.T.Cleanup(func() {
-		_ = m.DestroyAll(context.Background())
+		_ = DestroyAll(context.Background(), m)
 		m.Close()
 	})
 	return m
@@ -243,4 +245,21 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// DestroyAll deletes every sandbox the caller of ctx sees (every one for
+// the admin) and reports the deletes that failed; one deleted meanwhile
+// is no error.
+func DestroyAll(ctx context.Context, m *sandbox.Manager) error {
+	l, err := m.ListSandboxes(ctx, nil)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, sb := range l {
+		if err := m.DeleteSandbox(ctx, sb.ID); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

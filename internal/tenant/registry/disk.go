@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // The disk quota. A tenant's disk in use is the sum of the disk limits of
@@ -141,4 +143,13 @@ func (r *Registry) AdmitLayer(ctx context.Context, tenant, layer string) (releas
 		defer r.mu.Unlock()
 		delete(set, h) // set stays in r.quota.layers: one small map per tenant
 	}, nil
+}
+
+// AdmitTemplateLayer is AdmitLayer for a layer that template name (its
+// stored name, which carries the owning tenant: tenant.Qualify) takes:
+// it is charged to the template's tenant. It is the template store's
+// admission (templates.Config.Admit).
+func (r *Registry) AdmitTemplateLayer(ctx context.Context, name, layer string) (release func(), err error) {
+	owner, _ := tenant.Split(name)
+	return r.AdmitLayer(ctx, tenant.Owner(owner), layer)
 }

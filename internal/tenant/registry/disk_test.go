@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // fakeLayers is a settable layer meter: each tenant records layers (its
@@ -363,4 +364,28 @@ func TestUsageCountsLayers(t *testing.T) {
 	if u, _ := r.Usage(t.Context(), tn); u.LayerBytes != 30*mib || u.DiskBytes != 94*mib {
 		t.Errorf("Usage after the reservation's release = %+v", u)
 	}
+}
+
+// A template's layer is charged to the template's tenant (the qualifier
+// of its stored name); the admin's templates are not limited.
+func TestAdmitTemplateLayer(t *testing.T) {
+	const mib = int64(1) << 20
+	r, _ := newRegistry(t)
+	f, l := newFakeMeters(), newFakeLayers()
+	r.SetMeters(diskMeters(f, l))
+	mustCreateTenant(t, r, "acme", api.Quotas{DiskBytes: 10 * mib})
+	ctx := t.Context()
+	if _, err := r.AdmitTemplateLayer(ctx, tenant.Qualify("acme", "big"), l.layer("t1", 11*mib)); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("acme's template layer over acme's quota: %v", err)
+	}
+	rel, err := r.AdmitTemplateLayer(ctx, tenant.Qualify("acme", "small"), l.layer("t2", 5*mib))
+	if err != nil {
+		t.Fatalf("acme's template layer within its quota: %v", err)
+	}
+	rel()
+	rel, err = r.AdmitTemplateLayer(ctx, tenant.Qualify(api.AdminTenant, "catalogue"), l.layer("t3", 100*mib))
+	if err != nil {
+		t.Fatalf("the admin's template layer: %v", err)
+	}
+	rel()
 }
