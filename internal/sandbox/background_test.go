@@ -36,7 +36,7 @@ func TestInprocIdleKeepsBackgroundAwake(t *testing.T) {
 		t.Fatal("the background process is gone")
 	}
 
-	if _, err := h.M.PauseSandbox(ctx, sb.ID); err != nil {
+	if _, err := h.M.SetState(ctx, sb.ID, api.StatePaused); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 3; i++ {
@@ -45,7 +45,7 @@ func TestInprocIdleKeepsBackgroundAwake(t *testing.T) {
 			t.Fatalf("paused with a background process, after %ds: %s", 120*i, got.State)
 		}
 	}
-	if _, err := h.M.ResumeSandbox(ctx, sb.ID); err != nil {
+	if _, err := h.M.SetState(ctx, sb.ID, api.StateRunning); err != nil {
 		t.Fatal(err)
 	}
 
