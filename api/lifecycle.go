@@ -36,7 +36,8 @@ const (
 )
 
 // IdlePolicy says what happens to a sandbox that has been idle (no exec,
-// file operation or attach, nothing streaming) for a while. Each field is
+// file operation or attach, nothing streaming, no background process
+// running unless IgnoreBackground) for a while. Each field is
 // a duration in seconds counted from the end of the last activity: 0 takes
 // the lifecycle preset's default, -1 means never. The hard lifetime is
 // CreateSandboxRequest.TimeoutSeconds (ttl); time spent paused or
@@ -46,6 +47,13 @@ type IdlePolicy struct {
 	HibernateAfterSeconds int64 `json:"hibernate_after_seconds,omitempty"`
 	DeleteAfterSeconds    int64 `json:"delete_after_seconds,omitempty"`
 	TTLCountsAsleep       bool  `json:"ttl_counts_asleep,omitempty"`
+	// IgnoreBackground lets the policy pause, hibernate and delete a
+	// sandbox while background processes run (started with exec -d, or
+	// left running by a command: "server &"). By default a running
+	// background process is activity: the sandbox
+	// stays awake while one runs, and a sandbox paused while one ran is
+	// not hibernated or deleted by the policy (either would kill it).
+	IgnoreBackground bool `json:"ignore_background,omitempty"`
 }
 
 // Transition causes.

@@ -16,6 +16,14 @@ const (
 // egress mode.
 const EgressProxyAddr = "127.0.0.1:3128"
 
+// HostAlias is the name under which a sandbox in egress mode reaches the
+// host's own loopback (127.0.0.1) through the proxy: inside, 127.0.0.1 and
+// localhost are the sandbox's own loopback (and in NO_PROXY). It is
+// allowed like any name (an Allow entry "host.agentbox.internal:8080"),
+// and the address it resolves to is internal, so the daemon must permit
+// it too (--egress-permit 127.0.0.1:8080).
+const HostAlias = "host.agentbox.internal"
+
 // NetworkSpec is a sandbox's network mode and egress policy.
 //
 // Allow and Deny entries are "HOST", "HOST:PORT" or "HOST:*" where HOST is

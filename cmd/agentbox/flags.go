@@ -79,6 +79,7 @@ type specFlags struct {
 	// lifecycle (cmd/agentbox/lifecycle.go)
 	name, lifecycle                         string
 	pauseAfter, hibernateAfter, deleteAfter string
+	idleIgnoresBackground                   bool
 	// limits (cmd/agentbox/limits.go)
 	limits limitFlags
 }
@@ -94,13 +95,14 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
 	fs.DurationVar(&f.timeout, "timeout", 0, "lifetime after which the sandbox is deleted, e.g. 10m")
 	fs.StringVar(&f.hostname, "hostname", "", "hostname inside the sandbox")
-	fs.StringArrayVar(&f.allow, "allow-host", nil, "turn on egress through the proxy and allow HOST[:PORT|:*] (*.example.com wildcards, IPs, CIDRs; internal addresses only where the daemon's --egress-permit allows; repeatable)")
+	fs.StringArrayVar(&f.allow, "allow-host", nil, "turn on egress through the proxy and allow HOST[:PORT|:*] (*.example.com wildcards, IPs, CIDRs; internal addresses only where the daemon's --egress-permit allows; the host's loopback is host.agentbox.internal, 127.0.0.1 inside is the sandbox's own; repeatable)")
 	fs.StringArrayVar(&f.deny, "deny-host", nil, "deny HOST[:PORT] in egress mode, overriding allows (repeatable)")
 	fs.StringVar(&f.name, "name", "", "unique name; creating an existing name returns that sandbox")
 	fs.StringVar(&f.lifecycle, "lifecycle", "", "session (default: deleted when idle) or persistent (kept, hibernated when idle)")
 	fs.StringVar(&f.pauseAfter, "pause-after", "", "pause after this much idle time, e.g. 5m, or never")
 	fs.StringVar(&f.hibernateAfter, "hibernate-after", "", "hibernate after this much idle time, or never")
 	fs.StringVar(&f.deleteAfter, "delete-after", "", "delete after this much idle time, or never")
+	fs.BoolVar(&f.idleIgnoresBackground, "idle-ignores-background", false, "let the idle steps apply while background processes run (exec -d, or left running by a command; by default a running background process keeps the sandbox awake, and one paused by hand is not hibernated or deleted while it held one)")
 	f.limits.register(cmd)
 }
 
@@ -140,6 +142,7 @@ func (f *specFlags) spec() (agentbox.SandboxSpec, error) {
 			return spec, err
 		}
 	}
+	idle.IgnoreBackground = f.idleIgnoresBackground
 	if idle != (agentbox.IdlePolicy{}) {
 		spec.Idle = &idle
 	}

@@ -152,6 +152,7 @@ func rootCmd() *cobra.Command {
 	for _, f := range extraCommands {
 		root.AddCommand(f())
 	}
+	addCompletions(root)
 	return root
 }
 

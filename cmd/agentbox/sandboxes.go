@@ -21,9 +21,23 @@ func createCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create a sandbox and print its id",
-		Args:  cobra.NoArgs,
+		Long: `Create a sandbox and print its id.
+
+An idle sandbox goes to sleep: a session sandbox (the default) is paused
+after 5m and deleted after 30m without activity, a persistent one paused
+after 5m and hibernated (every process stopped, files kept) after 30m;
+--pause-after, --hibernate-after and --delete-after change the steps
+("never" turns one off). Any exec, file or attach call wakes it. Activity
+is a call, an open exec or attach stream, or a process still running in
+the sandbox (started with "exec -d", or left running by a command:
+"server &"): a background server keeps the sandbox awake, and a sandbox paused by hand while one runs is not hibernated or
+deleted by the policy. --idle-ignores-background lets the steps apply
+while background processes run (pausing freezes them; hibernating and
+deleting kill them).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec, err := sf.spec()
+			warnLoopback(cmd, sf.allow)
 			if err != nil {
 				return err
 			}
@@ -182,6 +196,7 @@ sandbox is always deleted at the end.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			spec, err := sf.spec()
+			warnLoopback(cmd, sf.allow)
 			if err != nil {
 				return err
 			}

@@ -30,14 +30,33 @@ func secretCmd() *cobra.Command {
 	}
 	var fromFile string
 	set := &cobra.Command{
-		Use:   "set NAME [--from-file FILE|-]",
-		Short: "Store a secret; the value is read from a file, stdin (-) or typed without echo",
+		Use:   "set NAME [-] [--from-file FILE|-]",
+		Short: "Store a secret; the value is read from stdin, a file, or typed without echo",
 		Long: `Store a secret in the daemon's encrypted store. The value is never shown
 again: use it with "agentbox exec --secret NAME[=ENV]" or through a bridge
-connector. One trailing newline of the input is dropped.`,
-		Args: cobra.ExactArgs(1),
+connector. One trailing newline of the input is dropped.
+
+The value is read from --from-file FILE, from stdin when it is not a
+terminal or when "-" is given (printf %s "$TOKEN" | agentbox secret set gh),
+and otherwise typed on the terminal without echo. It is never an argument:
+arguments show in the process list and the shell's history.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.RangeArgs(1, 2)(cmd, args); err != nil {
+				return err
+			}
+			if len(args) == 2 && args[1] != "-" {
+				return errors.New(`the value is never an argument (it would show in the process list): pipe it to stdin, give "-", or use --from-file`)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g := rootGlobals(cmd)
+			if len(args) == 2 {
+				if fromFile != "" && fromFile != "-" {
+					return errors.New(`give either "-" or --from-file, not both`)
+				}
+				fromFile = "-"
+			}
 			value, err := readSecretValue(cmd, fromFile)
 			if err != nil {
 				return err
@@ -67,27 +86,33 @@ connector. One trailing newline of the input is dropped.`,
 	return cmd
 }
 
-// readSecretValue reads the value from --from-file (- is stdin), or from a
-// terminal without echo.
+// readSecretValue reads the value from --from-file (- is stdin), from
+// stdin when it is not a terminal, or from a terminal without echo.
 func readSecretValue(cmd *cobra.Command, from string) ([]byte, error) {
 	var (
 		b   []byte
 		err error
 	)
+	in := cmd.InOrStdin()
+	f, isFile := in.(*os.File)
+	onTerminal := isFile && term.IsTerminal(int(f.Fd()))
 	switch {
-	case from == "-":
-		b, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxSecretInput+1))
+	case from == "-" || from == "" && !onTerminal:
+		if from == "" && isFile {
+			if st, serr := f.Stat(); serr == nil && st.Mode()&os.ModeCharDevice != 0 {
+				// /dev/null and other character devices: nothing to read.
+				return nil, errors.New("no value: pipe it to stdin, use --from-file FILE, or run on a terminal")
+			}
+		}
+		b, err = io.ReadAll(io.LimitReader(in, maxSecretInput+1))
 	case from != "":
-		var f *os.File
-		if f, err = os.Open(from); err == nil {
-			b, err = io.ReadAll(io.LimitReader(f, maxSecretInput+1))
-			f.Close()
+		var file *os.File
+		if file, err = os.Open(from); err == nil {
+			b, err = io.ReadAll(io.LimitReader(file, maxSecretInput+1))
+			file.Close()
 		}
 	default:
-		fd := int(os.Stdin.Fd())
-		if !term.IsTerminal(fd) {
-			return nil, errors.New("no value: use --from-file FILE, --from-file - for stdin, or run on a terminal")
-		}
+		fd := int(f.Fd())
 		fmt.Fprint(cmd.ErrOrStderr(), "Value: ")
 		b, err = term.ReadPassword(fd)
 		fmt.Fprintln(cmd.ErrOrStderr())

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -21,13 +22,20 @@ import (
 // attributes connections to runs.
 func setupEgress(cfg *config.Config, runOf func(ctx context.Context, sandboxID string) string, secrets egress.SecretSource, log *slog.Logger) (*egress.Proxy, error) {
 	ecfg := egress.Config{Secrets: secrets, Logger: log, RunOf: runOf}
+	hosts := hostsResolver{}
 	if cfg.EgressHostsFile != "" {
-		hosts, err := loadHosts(cfg.EgressHostsFile)
-		if err != nil {
+		var err error
+		if hosts, err = loadHosts(cfg.EgressHostsFile); err != nil {
 			return nil, err
 		}
-		ecfg.Resolver = hosts
 	}
+	// The host's loopback, as a sandbox names it (api.HostAlias); the
+	// permit rules still decide whether it may be dialled. A hosts file
+	// may name it otherwise.
+	if _, ok := hosts[api.HostAlias]; !ok {
+		hosts[api.HostAlias] = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	}
+	ecfg.Resolver = hosts
 	if cfg.EgressCAFile != "" {
 		pool, err := x509.SystemCertPool()
 		if err != nil {
@@ -53,7 +61,8 @@ func setupEgress(cfg *config.Config, runOf func(ctx context.Context, sandboxID s
 	return egress.New(ecfg), nil
 }
 
-// hostsResolver resolves the names of a hosts file, then falls back to DNS.
+// hostsResolver resolves the names of a hosts file (and api.HostAlias),
+// then falls back to DNS.
 type hostsResolver map[string][]netip.Addr
 
 func (h hostsResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {

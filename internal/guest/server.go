@@ -265,6 +265,8 @@ func (s *server) dispatch(c *conn, req *proto.Request) error {
 		return s.stream(c, p, buffered, sub)
 	case proto.OpProcesses:
 		return c.reply(s.table.list())
+	case proto.OpActivity:
+		return c.reply(s.activity())
 	case proto.OpStdin:
 		return s.stdin(c, req)
 	case proto.OpSignal:

@@ -73,11 +73,13 @@ func TestInprocTenants(t *testing.T) {
 
 // The idle policy pauses a real guest (its processes stopped), hibernates
 // it (its processes gone) and a call wakes it; the lifetime deletes it.
+// (The policy ignores background processes: by default the one started
+// here would keep the sandbox awake, TestInprocIdleKeepsBackgroundAwake.)
 func TestInprocIdleAndLifetime(t *testing.T) {
 	clk := clocktest.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	h := sandboxtest.New(t, func(_ *sandboxtest.Env, c *sandbox.Config) { c.Clock = clk })
 	ctx := ctxT(t)
-	sb := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent, Idle: &api.IdlePolicy{PauseAfterSeconds: 60, HibernateAfterSeconds: 120}})
+	sb := h.Create(api.CreateSandboxRequest{Lifecycle: api.LifecyclePersistent, Idle: &api.IdlePolicy{PauseAfterSeconds: 60, HibernateAfterSeconds: 120, IgnoreBackground: true}})
 	if _, err := h.M.StartProcess(ctx, sb.ID, api.ExecRequest{Command: "sleep 1000"}); err != nil {
 		t.Fatal(err)
 	}

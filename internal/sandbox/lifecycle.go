@@ -32,10 +32,11 @@ import (
 // Every transition is appended with its cause to the record's bounded
 // transition log and persisted.
 //
-// Idle policy: a sandbox is idle while no call is being set up and no exec
-// or attach stream is open (box.lc.active == 0). After pause_after,
-// hibernate_after and delete_after of idleness (counted from the end of the
-// last activity) it is moved to the deepest state due. acquire, the single
+// Idle policy: a sandbox is idle while no call is being set up, no exec
+// or attach stream is open (box.lc.active == 0) and, unless its policy
+// says IgnoreBackground, no background process runs (background.go).
+// After pause_after, hibernate_after and delete_after of idleness (counted
+// from the end of the last activity) it is moved to the deepest state due. acquire, the single
 // entry of every exec, file and attach call, wakes a sleeping sandbox
 // first. The hard lifetime (ttl, timeout_seconds) does not run while the
 // sandbox sleeps unless IdlePolicy.TTLCountsAsleep. Timers come from
@@ -176,6 +177,7 @@ func (m *Manager) resolveLifecycle(req *api.CreateSandboxRequest) error {
 			}
 		}
 		eff.TTLCountsAsleep = o.TTLCountsAsleep
+		eff.IgnoreBackground = o.IgnoreBackground
 	}
 	be, err := m.backends.Lookup(req.Runtime)
 	if err != nil {
@@ -344,9 +346,24 @@ func (m *Manager) idleStep(b *box, gen uint64) {
 		return
 	}
 	idle := m.cfg.Clock.Now().Sub(b.lc.lastActive)
-	to := dueIdle(b.rec.Sandbox.Idle, b.rec.Sandbox.State, idle)
+	state := b.rec.Sandbox.State
+	to := dueIdle(b.rec.Sandbox.Idle, state, idle)
 	id := b.rec.Sandbox.ID
 	b.mu.Unlock()
+	if to != "" {
+		if awake, why := m.keepsAwake(ctx, b, state); awake {
+			m.log.Debug("idle policy: sandbox kept awake", "sandbox", id, "due", to, "why", why)
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if state == api.StatePaused {
+				b.stopIdleLocked() // nothing to look at until it is woken
+				return
+			}
+			b.lc.lastActive = m.cfg.Clock.Now() // look again one step later
+			m.scheduleIdleLocked(b)
+			return
+		}
+	}
 	detail := "idle " + idle.Round(time.Second).String()
 	var err error
 	switch to {
@@ -452,6 +469,7 @@ func (m *Manager) pauseLocked(ctx context.Context, b *box, cause, detail string)
 	if !ok {
 		return fmt.Errorf("pausing sandbox %s: backend %s cannot freeze: %w", id, backend, errdefs.ErrFailedPrecondition)
 	}
+	m.notePausedBusy(ctx, b, cause)
 	if err := p.Pause(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", id, err)
 	}

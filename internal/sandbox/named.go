@@ -228,7 +228,14 @@ func (m *Manager) optionsDiffer(ctx context.Context, asked, resolved api.CreateS
 }
 
 func idleString(p api.IdlePolicy) string {
-	return fmt.Sprintf("pause after %ds, hibernate after %ds, delete after %ds", p.PauseAfterSeconds, p.HibernateAfterSeconds, p.DeleteAfterSeconds)
+	s := fmt.Sprintf("pause after %ds, hibernate after %ds, delete after %ds", p.PauseAfterSeconds, p.HibernateAfterSeconds, p.DeleteAfterSeconds)
+	if p.TTLCountsAsleep {
+		s += ", ttl counts asleep"
+	}
+	if p.IgnoreBackground {
+		s += ", ignoring background processes"
+	}
+	return s
 }
 
 func jsonOf(v any) string {

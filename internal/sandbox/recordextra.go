@@ -15,6 +15,9 @@ type recordExtra struct {
 	// until it is handed out (core_pool.go); the key is the one records
 	// have always had.
 	Pool string `json:"pool,omitempty"`
+	// PausedBusy is set when the sandbox was paused while a background
+	// process ran (background.go): the idle policy leaves it paused.
+	PausedBusy bool `json:"paused_busy,omitempty"`
 }
 
 func extraOf(rec store.SandboxRecord) recordExtra {

@@ -256,6 +256,25 @@ func (c *Client) Processes(ctx context.Context) ([]api.Process, error) {
 	return ps, nil
 }
 
+// Activity reports how many processes live in the sandbox besides the
+// guest (proto.OpActivity). A guest older than the operation answers an
+// error wrapping errdefs.ErrNotImplemented.
+func (c *Client) Activity(ctx context.Context) (proto.ActivityReply, error) {
+	var r proto.ActivityReply
+	if err := c.call(ctx, &proto.Request{Op: proto.OpActivity}, &r); err != nil {
+		return proto.ActivityReply{}, err
+	}
+	if r.Processes < 0 || r.Processes > maxPid || len(r.Sample) > proto.MaxActivitySample {
+		return proto.ActivityReply{}, protoErr("activity of %d processes with %d samples", r.Processes, len(r.Sample))
+	}
+	for _, s := range r.Sample {
+		if len(s) > 64 {
+			return proto.ActivityReply{}, protoErr("activity sample of %d bytes", len(s))
+		}
+	}
+	return r, nil
+}
+
 // WriteStdin streams r to the stdin of process pid; with closeAfter the
 // process's stdin is closed afterwards. r is not read after return.
 func (c *Client) WriteStdin(ctx context.Context, pid int, r io.Reader, closeAfter bool) error {

@@ -95,6 +95,9 @@ const (
 	OpAttach = "attach"
 	// OpProcesses: S Result([]api.Process).
 	OpProcesses = "processes"
+	// OpActivity: S Result(ActivityReply). Guests before it answer
+	// ErrNotImplemented.
+	OpActivity = "activity"
 	// OpStdin: C Stdin... then EOF; S Result(null). CloseStdin in the
 	// request closes the process's stdin after the data.
 	OpStdin = "stdin"
@@ -160,6 +163,19 @@ type VersionReply struct {
 	Version  string `json:"version"`  // the guest build's version
 	Protocol int    `json:"protocol"` // Version of the guest
 }
+
+// ActivityReply is the Result of OpActivity: the processes that live in
+// the sandbox besides the guest (PID 1), whoever started them (an exec,
+// a background process, one they left behind, double-forked), zombies
+// not counted.
+type ActivityReply struct {
+	Processes int `json:"processes"`
+	// Sample describes a few of them, "PID COMM" each.
+	Sample []string `json:"sample,omitempty"`
+}
+
+// MaxActivitySample bounds ActivityReply.Sample.
+const MaxActivitySample = 4
 
 // Started is the payload of FrameStarted.
 type Started struct {
