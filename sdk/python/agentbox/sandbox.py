@@ -569,6 +569,9 @@ def _safe_extract(tf: tarfile.TarFile, dest: str) -> None:
             lt = os.path.realpath(os.path.join(os.path.dirname(target), link) if m.issym() else link)
             if lt != root and not lt.startswith(root + os.sep):
                 raise ValueError("archive link %r points outside %s" % (m.name, dest))
+    if hasattr(tarfile, "data_filter"):  # 3.12+, and security releases of 3.9-3.11
+        tf.extractall(root, filter="data")
+        return
     for m in tf.getmembers():
         m.mode &= 0o777
         tf.extract(m, root, set_attrs=not m.issym(), numeric_owner=False)

@@ -156,6 +156,38 @@ class TestClient(DaemonTest):
             self.assertGreater(e.retry_after, 0)
             self.assertTrue(e.request_id)
 
+    def test_admin_tenants_and_keys(self):
+        host = os.environ.get("AGENTBOX_TEST_UNIX_HOST")
+        if not host:
+            self.skipTest("AGENTBOX_TEST_UNIX_HOST not set")
+        admin = agentbox.Client(host, api_key="")
+        tid = uniq("pyten")
+        t = admin.create_tenant(tid, {"max_sandboxes": 3})
+        self.assertEqual(t["id"], tid)
+        with self.assertRaises(agentbox.Conflict):
+            admin.create_tenant(tid)
+        self.assertIn(tid, [x["id"] for x in admin.tenants()])
+        self.assertEqual(admin.update_tenant(tid, {"max_sandboxes": 1})["quotas"]["max_sandboxes"], 1)
+        self.assertEqual(admin.tenant(tid)["quotas"]["max_sandboxes"], 1)
+        k = admin.create_api_key(tid, scope="read", name="py")
+        self.assertTrue(k["key"])
+        self.assertIn(k["id"], [x["id"] for x in admin.api_keys()])
+        ro = agentbox.Client(api_key=k["key"])
+        self.assertEqual(ro.list(), [])
+        with self.assertRaises(agentbox.PermissionDenied) as cm:
+            ro.create(TEMPLATE)
+        self.assertEqual(cm.exception.status, 403)
+        # Another tenant's sandbox is refused as an unknown one.
+        mine = self.sandbox()
+        with self.assertRaises(agentbox.NotFound):
+            ro.get(mine.id)
+        admin.revoke_api_key(k["id"])
+        with self.assertRaises(agentbox.Unauthorized):
+            ro.list()
+        admin.delete_tenant(tid)
+        with self.assertRaises(agentbox.NotFound):
+            admin.tenant(tid)
+
     def test_unix_socket(self):
         host = os.environ.get("AGENTBOX_TEST_UNIX_HOST")
         if not host:
@@ -177,6 +209,7 @@ class TestExec(DaemonTest):
         self.assertEqual(r.stdout_bytes, b"out\n")
         self.assertGreater(r.pid, 0)
         self.assertTrue(self.sb.run(["true"]).ok)
+        self.assertEqual(self.sb.exec(["echo", "a b"]).stdout, "a b\n")  # argv, no shell
 
     def test_options(self):
         self.sb.mkdir("/work/sub", parents=True)
@@ -205,6 +238,30 @@ class TestExec(DaemonTest):
         self.assertEqual(r.stdout, "o1\no2\no3\n\u00e9")
         self.assertEqual(started, [r.pid])
         self.assertEqual(threading.get_ident(), main)
+
+    def test_output_streams_live(self):
+        # The callback sees "ready" while the command still waits for its
+        # input, and answers it: output that arrived only at the end would
+        # leave the command waiting until its timeout.
+        pid = []
+
+        def on_stdout(s):
+            if "ready" in s:
+                self.sb.process(pid[0]).write_stdin("hi\n", close=True)
+        r = self.sb.run("echo ready; read x; echo got $x", stdin_open=True, timeout=60,
+                        on_start=pid.append, on_stdout=on_stdout)
+        self.assertFalse(r.timed_out)
+        self.assertEqual(r.stdout, "ready\ngot hi\n")
+
+    def test_tty_token_private(self):
+        p = self.sb.start("stty size; read x; stty size", tty={"rows": 24, "cols": 80}, stdin_open=True)
+        p.resize(30, 100)
+        p.write_stdin("\n")
+        r = p.attach()
+        self.assertIn("30 100", r.stdout)
+        self.assertEqual(p.info.get("tty"), True)
+        r = self.sb.run('[ -n "$AGENTBOX_RUN_TOKEN" ] && echo token', token=True, private=True)
+        self.assertEqual(r.stdout, "token\n")
 
     def test_secrets(self):
         name = "PYSEC_" + uuid.uuid4().hex[:6].upper()
@@ -286,6 +343,7 @@ class TestFiles(DaemonTest):
         sb.mkdir("/data/x/y", parents=True)
         self.assertEqual(sorted(e["name"] for e in sb.ls("/data")), ["a", "big", "d", "gen", "x"])
         self.assertEqual(sb.stat("/data/d")["type"], "dir")
+        self.assertEqual([e["name"] for e in sb.list_dir("/data/x")], ["y"])
         sb.move("/data/a/b.txt", "/data/d/c.txt")
         self.assertFalse(sb.exists("/data/a/b.txt"))
         self.assertEqual(sb.read_text("/data/d/c.txt"), "hello")

@@ -67,5 +67,21 @@ class TestErrors(unittest.TestCase):
         self.assertEqual((e.status, e.reason), (0, agentbox.REASON_COMMAND_NOT_FOUND))
 
 
+class TestCoverage(unittest.TestCase):
+    def test_every_public_method_is_called_by_a_daemon_test(self):
+        # Every public method of Client, Sandbox and Process is called in
+        # test_daemon.py (as ".name(", or handed on as ".name,").
+        with open(os.path.join(os.path.dirname(__file__), "test_daemon.py")) as f:
+            tests = f.read()
+        missing = []
+        for cls in (agentbox.Client, agentbox.Sandbox, agentbox.Process):
+            for name, v in vars(cls).items():
+                if name.startswith("_") or not callable(v):
+                    continue
+                if "." + name + "(" not in tests and "." + name + "," not in tests:
+                    missing.append(cls.__name__ + "." + name)
+        self.assertEqual(missing, [], "methods no daemon test calls")
+
+
 if __name__ == "__main__":
     unittest.main()
