@@ -18,7 +18,8 @@ import (
 // loopback TCP; the suite gets a full key of one tenant (AGENTBOX_HOST,
 // AGENTBOX_API_KEY, as a user sets them), a key of a tenant whose quota
 // allows one sandbox (for a 429 with Retry-After), a revoked key (for a
-// 401), and the daemon's unix socket (the admin's transport).
+// 401), the daemon's unix socket (the admin's transport) and the agentbox
+// binary (staged as a guest runner).
 func TestPythonSDK(t *testing.T) {
 	python := testutil.RequiresBinary(t, "python3")
 	d, base := tenancyDaemon(t)
@@ -46,6 +47,7 @@ func TestPythonSDK(t *testing.T) {
 		"AGENTBOX_TEST_QUOTA_KEY="+quotaKey.Key,
 		"AGENTBOX_TEST_REVOKED_KEY="+revoked.Key,
 		"AGENTBOX_TEST_UNIX_HOST=unix://"+d.socket,
+		"AGENTBOX_TEST_BIN="+agentboxBin(t),
 		"PYTHONPATH="+filepath.Join(root, "sdk", "python"),
 		"PYTHONDONTWRITEBYTECODE=1",
 		"PYTHONUNBUFFERED=1",

@@ -6,12 +6,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import errors
 from ._http import Transport, env_config, quote
+from .ops import Operations
 from .sandbox import Sandbox
 
 __all__ = ["Client"]
 
 
-class Client:
+class Client(Operations):
     """A client of one agentbox daemon's HTTP API v1. Thread-safe.
 
     With no arguments it reads the environment exactly as the Go SDK and the

@@ -521,6 +521,19 @@ class Sandbox:
         """Freeze the filesystem as a new version of template name."""
         return self._t.call("POST", self._path("/template"), json_body={"name": name}) or {}
 
+    def upgrade(self, runner: str = "", *, runner_hash: str = "") -> Dict[str, Any]:
+        """Restart the sandbox's guest on another runner (a binary path on
+        the daemon's host, or a staged runner's hash; neither: the daemon's
+        own), keeping its files. Returns the daemon's UpgradeResult."""
+        req: Dict[str, Any] = {}
+        if runner:
+            req["runner"] = runner
+        if runner_hash:
+            req["runner_hash"] = runner_hash
+        res = self._t.call("POST", self._path("/upgrade"), json_body=req) or {}
+        self._set(res.get("sandbox"))
+        return res
+
     # --- network, events ----------------------------------------------
 
     def set_network(self, mode: str = "egress", *, allow: Optional[Sequence[str]] = None,

@@ -7,6 +7,8 @@ starts a private daemon and sets them all. Without AGENTBOX_HOST they skip.
 """
 
 import asyncio
+import base64
+import datetime
 import io
 import os
 import tarfile
@@ -472,6 +474,83 @@ class TestTemplatesNetwork(DaemonTest):
         sb.set_network("none")
         self.assertEqual((sb.info.get("network") or {}).get("mode", "none"), "none")
         self.assertEqual(sb.events(), [])
+
+
+class TestOperations(DaemonTest):
+    def admin(self):
+        host = os.environ.get("AGENTBOX_TEST_UNIX_HOST")
+        if not host:
+            self.skipTest("AGENTBOX_TEST_UNIX_HOST not set")
+        return agentbox.Client(host, api_key="")
+
+    def test_runs_and_usage(self):
+        sb = self.sandbox()
+        sb.run("echo metered")
+        runs = self.client.runs(sandbox=sb.id, limit=10)
+        self.assertTrue(runs, "no run recorded")
+        self.assertEqual(runs[0]["trigger"], "api")
+        self.assertEqual(self.client.get_run(runs[0]["id"])["id"], runs[0]["id"])
+        u = self.client.usage(sb.id)
+        self.assertIn("sandboxes", u)
+        since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+        self.assertIsInstance(list(self.client.export_usage(sb.id, since)), list)
+
+    def test_schedules_and_hooks(self):
+        s = self.client.create_schedule("0 0 1 1 *", "echo scheduled", template=TEMPLATE)
+        self.assertEqual(self.client.schedule(s["id"])["cron"], "0 0 1 1 *")
+        self.assertIn(s["id"], [x["id"] for x in self.client.schedules()])
+        r = self.client.trigger_schedule(s["id"])
+        self.assertEqual(r["trigger"], "schedule")
+        self.client.delete_schedule(s["id"])
+        with self.assertRaises(agentbox.NotFound):
+            self.client.schedule(s["id"])
+
+        h = self.client.create_hook("cat", template=TEMPLATE)
+        self.assertTrue(h["secret"])
+        self.assertIn(h["id"], [x["id"] for x in self.client.hooks()])
+        r = self.client.deliver_hook(h["id"], h["secret"], "payload", wait=True)
+        self.assertEqual(r["trigger"], "webhook")
+        self.assertEqual(base64.b64decode(r.get("output") or ""), b"payload")
+        ts = int(time.time())
+        with self.assertRaises(agentbox.Unauthorized):
+            self.client.deliver_hook_signed(h["id"], str(ts), agentbox.sign_hook("wrong", ts, b"x"), b"x")
+        self.client.delete_hook(h["id"])
+
+    def test_pools_storage_runners(self):
+        admin = self.admin()
+        p = admin.set_pool(TEMPLATE, 1)
+        self.assertEqual(p.get("size"), 1)
+        self.assertIn(TEMPLATE, [x.get("template") for x in admin.pools()])
+        admin.set_pool(TEMPLATE, 0)
+
+        with admin.sandbox(template=TEMPLATE) as sb:
+            sb.write_file("/root/exported", "yes")
+            ck = sb.checkpoint("py-export")
+            img = admin.export_checkpoint(ck["id"])
+            name = uniq("pyimport")
+            t = admin.import_template(name, io.BytesIO(img))
+            self.assertEqual(t["name"], name)
+            buf = io.BytesIO()
+            admin.export_template(name, buf)
+            with tempfile.TemporaryDirectory() as layout:
+                tarfile.open(fileobj=io.BytesIO(buf.getvalue())).extractall(layout)
+                t2 = admin.import_template_dir(name + "-dir", layout)
+            self.assertEqual(t2["id"], t["id"])
+            with admin.sandbox(template=name) as sb2:
+                self.assertEqual(sb2.read_text("/root/exported"), "yes")
+
+            bin_path = os.environ.get("AGENTBOX_TEST_BIN")
+            if bin_path:
+                with open(bin_path, "rb") as f:
+                    r = admin.stage_runner(f)
+                self.assertTrue(r["hash"])
+                self.assertIn(r["hash"], [x["hash"] for x in admin.runners()])
+                res = sb.upgrade(runner_hash=r["hash"])
+                self.assertIn("changed", res)
+                self.assertEqual(sb.run("echo still").stdout, "still\n")
+            res = sb.upgrade()
+            self.assertEqual(sb.read_text("/root/exported"), "yes")
+        self.assertIn("removed_layers", admin.collect_garbage(0))
 
 
 class TestAsync(unittest.TestCase):
