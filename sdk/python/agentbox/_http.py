@@ -145,9 +145,6 @@ class Transport:
         try:
             conn.request(method, target, body=body, headers=hdrs, encode_chunked=chunked)
             resp = conn.getresponse()
-        except errors.AgentboxError:
-            conn.close()
-            raise
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             raise errors.TransportError(self.host, op, e) from e
