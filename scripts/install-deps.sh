@@ -24,6 +24,7 @@ PACKAGES=(
 	procps            # ps, pgrep
 	curl              # health checks over the unix socket
 	git
+	python3           # the Python SDK's tests (sdk/python/tests, driven by test/python_sdk_test.go)
 	make
 	gcc libc6-dev     # cgo, which `go test -race` needs
 	xfsprogs btrfs-progs e2fsprogs # loop-mounted xfs/btrfs for the reflink storage driver tests; disk quotas

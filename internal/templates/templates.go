@@ -124,11 +124,12 @@ func (t Template) API() api.Template {
 }
 
 // Builtin returns the specs that exist without registration: "busybox" and
-// "debian" (bookworm with python3, ca-certificates, curl, git).
+// "debian" (bookworm with python3, python-is-python3 so that "python"
+// runs it too, ca-certificates, curl, git).
 func Builtin() []api.TemplateSpec {
 	return []api.TemplateSpec{
 		{Name: "busybox", Base: "busybox"},
-		{Name: "debian", Base: "debian:bookworm+python3,ca-certificates,curl,git", Env: map[string]string{"LANG": "C.UTF-8"}},
+		{Name: "debian", Base: "debian:bookworm+python3,python-is-python3,ca-certificates,curl,git", Env: map[string]string{"LANG": "C.UTF-8"}},
 	}
 }
 
