@@ -27,6 +27,7 @@ PACKAGES=(
 	make
 	gcc libc6-dev     # cgo, which `go test -race` needs
 	xfsprogs btrfs-progs e2fsprogs # loop-mounted xfs/btrfs for the reflink storage driver tests; disk quotas
+	nodejs npm        # the official TypeScript MCP client of test/mcp_test.go (its npm packages: npm ci into ~/.cache/agentbox, by the test)
 )
 # --- Debian packages -------------------------------------------------------
 missing=()

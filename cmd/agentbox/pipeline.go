@@ -21,8 +21,8 @@ func init() { extraCommands = append(extraCommands, runsCmd, usageCmd, scheduleC
 func runsCmd() *cobra.Command {
 	var q agentbox.RunQuery
 	cmd := &cobra.Command{
-		Use:   "runs [--sandbox ID] [--trigger api|schedule|webhook] [--limit N]",
-		Short: "List run records of every trigger (API, schedule, webhook), newest first",
+		Use:   "runs [--sandbox ID] [--trigger api|schedule|webhook|mcp] [--limit N]",
+		Short: "List run records of every trigger (API, schedule, webhook, MCP), newest first",
 		Args:  cobra.NoArgs,
 		RunE: listing[agentbox.Run]{
 			fetch: func(ctx context.Context, c *agentbox.Client, _ []string) ([]agentbox.Run, error) {
@@ -38,7 +38,7 @@ func runsCmd() *cobra.Command {
 		}.run,
 	}
 	cmd.Flags().StringVar(&q.Sandbox, "sandbox", "", "only runs in this sandbox")
-	cmd.Flags().StringVar(&q.Trigger, "trigger", "", "only runs of this trigger: api, schedule or webhook")
+	cmd.Flags().StringVar(&q.Trigger, "trigger", "", "only runs of this trigger: api, schedule, webhook or mcp")
 	cmd.Flags().IntVar(&q.Limit, "limit", 0, "at most N runs (default 100)")
 	return cmd
 }
