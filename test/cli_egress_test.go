@@ -17,7 +17,8 @@ import (
 
 // Issue 17, finding 10: secrets and egress from the CLI.
 
-// cliIn is d.cli with stdin.
+// cliIn runs the agentbox CLI against d with stdin as its standard input
+// and returns its stdout, stderr and exit code.
 func (d *daemon) cliIn(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command(agentboxBin(t), append([]string{"--host", "unix://" + d.socket}, args...)...)

@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -13,22 +12,11 @@ import (
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
-// cli runs the agentbox CLI against d and returns its stdout, stderr and
-// exit code.
+// cli runs the agentbox CLI against d with an empty stdin and returns its
+// stdout, stderr and exit code.
 func (d *daemon) cli(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(agentboxBin(t), append([]string{"--host", "unix://" + d.socket}, args...)...)
-	var out, errOut strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("agentbox %v: %v", args, err)
-	}
-	return out.String(), errOut.String(), code
+	return d.cliIn(t, "", args...)
 }
 
 // TestCreateRuntime: `agentbox create --runtime native` makes a working
