@@ -242,6 +242,7 @@ func TestExecBoundsAndMarksOutput(t *testing.T) {
 		{"sandbox": sb, "command": " "},
 		{"sandbox": "BAD ID", "command": "x"},
 		{"sandbox": sb, "command": "x", "cwd": "relative"},
+		{"sandbox": sb, "command": "x", "env": map[string]any{"1BAD": "x"}},
 	} {
 		if r := call(t, cs, "sandbox_exec", args); !r.IsError || !strings.Contains(textOf(r), "invalid argument") {
 			t.Errorf("exec %v: %v %q, want an invalid argument error", args, r.IsError, textOf(r))
@@ -265,6 +266,24 @@ func TestFilesRoundTrip(t *testing.T) {
 	out = call(t, cs, "file_read", map[string]any{"sandbox": sb, "path": "/bin"}).StructuredContent.(map[string]any)
 	if out["content"] != "//4=" || out["encoding"] != "base64" {
 		t.Errorf("file_read of binary = %v", out)
+	}
+}
+
+func TestCreateValidates(t *testing.T) {
+	f := newFake()
+	cs := connect(t, f)
+	for _, args := range []map[string]any{
+		{"template": "bad template"},
+		{"env": map[string]any{"A-B": "x"}},
+		{"labels": map[string]any{"": "x"}},
+		{"timeout_seconds": -1},
+	} {
+		if r := call(t, cs, "sandbox_create", args); !r.IsError || !strings.Contains(textOf(r), "invalid argument") {
+			t.Errorf("create %v: %v %q, want an invalid argument error", args, r.IsError, textOf(r))
+		}
+	}
+	if len(f.boxes) != 0 {
+		t.Errorf("invalid creates made %d sandboxes", len(f.boxes))
 	}
 }
 

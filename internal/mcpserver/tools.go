@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/execstream"
+	"github.com/agentbox/agentbox/internal/validate"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -263,6 +264,26 @@ func (t *tools) resolve(ctx context.Context, ref string) (string, error) {
 	return id, nil
 }
 
+// validCreate checks the shape of a create request, as the API edge does
+// (the Service contract expects it).
+func validCreate(in CreateInput) error {
+	if in.Template != "" {
+		if err := validate.TemplateRef(in.Template); err != nil {
+			return err
+		}
+	}
+	if err := validate.Env(in.Env); err != nil {
+		return fmt.Errorf("env: %w", err)
+	}
+	if err := validate.Labels(in.Labels); err != nil {
+		return fmt.Errorf("labels: %w", err)
+	}
+	if in.TimeoutSeconds < 0 || len(in.Name) > 128 || strings.ContainsRune(in.Name, 0) {
+		return fmt.Errorf("timeout_seconds must not be negative, name at most 128 bytes without NUL: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 func checkPath(p string) error {
 	if !strings.HasPrefix(p, "/") || len(p) > 4096 || strings.ContainsRune(p, 0) {
 		return fmt.Errorf("path must be absolute, at most 4096 bytes and free of NUL bytes: %w", errdefs.ErrInvalidArgument)
@@ -279,7 +300,11 @@ func clip(s string) string {
 
 func (t *tools) create(ctx context.Context, _ *mcp.CallToolRequest, in CreateInput) (*mcp.CallToolResult, Sandbox, error) {
 	ctx = t.ctx(ctx)
-	sb, err := t.sb.CreateSandbox(ctx, api.CreateSandboxRequest{Template: in.Template, Name: in.Name, Env: in.Env, Labels: in.Labels, TimeoutSeconds: in.TimeoutSeconds})
+	err := validCreate(in)
+	var sb api.Sandbox
+	if err == nil {
+		sb, err = t.sb.CreateSandbox(ctx, api.CreateSandboxRequest{Template: in.Template, Name: in.Name, Env: in.Env, Labels: in.Labels, TimeoutSeconds: in.TimeoutSeconds})
+	}
 	if err != nil {
 		return nil, Sandbox{}, t.public(ctx, "sandbox_create", err)
 	}
@@ -288,7 +313,11 @@ func (t *tools) create(ctx context.Context, _ *mcp.CallToolRequest, in CreateInp
 
 func (t *tools) list(ctx context.Context, _ *mcp.CallToolRequest, in ListInput) (*mcp.CallToolResult, ListOutput, error) {
 	ctx = t.ctx(ctx)
-	l, err := t.sb.ListSandboxes(ctx, in.Labels)
+	err := validate.Labels(in.Labels)
+	var l []api.Sandbox
+	if err == nil {
+		l, err = t.sb.ListSandboxes(ctx, in.Labels)
+	}
 	if err != nil {
 		return nil, ListOutput{}, t.public(ctx, "sandbox_list", err)
 	}
@@ -327,7 +356,7 @@ func (b *boundedBuffer) write(p []byte) {
 
 func (t *tools) exec(ctx context.Context, _ *mcp.CallToolRequest, in ExecInput) (*mcp.CallToolResult, ExecOutput, error) {
 	ctx = t.ctx(ctx)
-	out, err := t.execLocked(ctx, in)
+	out, err := t.runToEnd(ctx, in)
 	if err != nil {
 		return nil, ExecOutput{}, t.public(ctx, "sandbox_exec", err)
 	}
@@ -355,15 +384,18 @@ func (t *tools) exec(ctx context.Context, _ *mcp.CallToolRequest, in ExecInput) 
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text.String()}}}, out, nil
 }
 
-// execLocked runs in.Command to its end through Sandboxes.Exec (the
+// runToEnd runs in.Command to its end through Sandboxes.Exec (the
 // pipeline: the run is recorded with trigger mcp).
-func (t *tools) execLocked(ctx context.Context, in ExecInput) (ExecOutput, error) {
+func (t *tools) runToEnd(ctx context.Context, in ExecInput) (ExecOutput, error) {
 	id, err := t.resolve(ctx, in.Sandbox)
 	if err != nil {
 		return ExecOutput{}, err
 	}
-	if strings.TrimSpace(in.Command) == "" {
-		return ExecOutput{}, fmt.Errorf("command is required: %w", errdefs.ErrInvalidArgument)
+	if strings.TrimSpace(in.Command) == "" || strings.ContainsRune(in.Command, 0) {
+		return ExecOutput{}, fmt.Errorf("command is required and must be free of NUL bytes: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := validate.Env(in.Env); err != nil {
+		return ExecOutput{}, fmt.Errorf("env: %w", err)
 	}
 	if in.Cwd != "" {
 		if err := checkPath(in.Cwd); err != nil {
