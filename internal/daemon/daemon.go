@@ -23,6 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/layergc"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/ratelimit"
 	"github.com/agentbox/agentbox/internal/runner"
 	"github.com/agentbox/agentbox/internal/runsecrets"
@@ -286,6 +287,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
+		MCP:     mcpserver.Handler(mcpService{svc}, log),
 	})
 	// After Recover: every fork protects its base. Manager.Close stops it.
 	snaps.StartPruning(ctx)
@@ -320,6 +322,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			RequireAuth:  true,
 			AllowedHosts: d.cfg.AllowedHosts,
 			RateLimit:    ratelimit.New(d.cfg.TCPRequestRate, d.cfg.TCPRequestBurst),
+			MCP:          mcpserver.Handler(mcpService{d.svc}, d.log),
 		})
 		d.serveOn(tln, tcpHandler)
 		d.log.InfoContext(ctx, "agentbox daemon listening", "tcp", tln.Addr().String(), "tls", d.cfg.TLS())
