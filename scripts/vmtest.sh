@@ -30,7 +30,7 @@
 #
 # Usage: sudo scripts/vmtest.sh
 # Env:   VMTEST_SMP (default: CPUs available, at most 4), VMTEST_MEM_MB
-#        (2048), VMTEST_TIMEOUT (hard limit for the VM in seconds, 900),
+#        (2048), VMTEST_TIMEOUT (hard limit for the VM in seconds, 1320),
 #        VMTEST_INTEGRATION_RUN (-test.run pattern for ./test instead of
 #        the selection below).
 set -euo pipefail
@@ -46,7 +46,7 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 SMP=${VMTEST_SMP:-$(nproc)}
 ((SMP <= 4)) || SMP=4
 MEM_MB=${VMTEST_MEM_MB:-2048}
-TIMEOUT=${VMTEST_TIMEOUT:-900}
+TIMEOUT=${VMTEST_TIMEOUT:-1320}
 
 log() { printf '[vmtest] %s\n' "$*"; }
 die() { printf '[vmtest] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -279,7 +279,7 @@ while read -r name pkg run; do
 	echo "VMTEST-BEGIN: $name"
 	start=$(date +%s)
 	AGENTBOX_TEST_STRICT=1 AGENTBOX_BIN=/vmtest/agentbox AGENTBOX_TEST_GUEST=/vmtest/testguest \
-		/vmtest/$name.test -test.v -test.count=1 -test.timeout=8m ${run:+-test.run "$run"} 2>&1
+		/vmtest/$name.test -test.v -test.count=1 -test.timeout=12m ${run:+-test.run "$run"} 2>&1
 	rc=$?
 	echo "VMTEST-END: $name rc=$rc $(( $(date +%s) - start ))s"
 	[ $rc -eq 0 ] || result=FAIL
