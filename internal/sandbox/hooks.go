@@ -230,4 +230,8 @@ type Op struct {
 	// Err is how the operation failed; nil when it succeeded.
 	Err error
 	At  time.Time
+	// Duration is how long the operation took, where the core or the
+	// feature reporting it timed it (create, checkpoint, restore, fork);
+	// zero otherwise.
+	Duration time.Duration
 }
