@@ -12,6 +12,7 @@ const (
 	TriggerAPI      = "api"      // exec through the API (CLI and SDK included)
 	TriggerSchedule = "schedule" // a schedule fired (or was triggered by hand)
 	TriggerWebhook  = "webhook"  // a signed POST /v1/hooks/{id}
+	TriggerMCP      = "mcp"      // a tool call over MCP (agentbox mcp, POST /mcp)
 )
 
 // Run states.
@@ -28,7 +29,7 @@ const (
 // Run is the record of one command run through the pipeline.
 type Run struct {
 	ID      string `json:"id"`
-	Trigger string `json:"trigger"` // TriggerAPI, TriggerSchedule or TriggerWebhook
+	Trigger string `json:"trigger"` // TriggerAPI, TriggerSchedule, TriggerWebhook or TriggerMCP
 	// Who caused it: "unix-socket", "api-key:<key id>", "schedule:<id>",
 	// "hook:<id>".
 	Who      string   `json:"who"`

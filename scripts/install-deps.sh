@@ -29,6 +29,13 @@ PACKAGES=(
 	gcc libc6-dev     # cgo, which `go test -race` needs
 	xfsprogs btrfs-progs e2fsprogs # loop-mounted xfs/btrfs for the reflink storage driver tests; disk quotas
 )
+# node and npm run the official TypeScript MCP client of test/mcp_test.go
+# (its npm packages are installed below). Checked as commands: a host may
+# have them from elsewhere (NodeSource's nodejs bundles npm and conflicts
+# with Debian's npm package).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	PACKAGES+=(nodejs npm)
+fi
 # --- Debian packages -------------------------------------------------------
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -81,3 +88,25 @@ log "Go $have at $(command -v go) (go.mod wants >= $want)"
 # --- Go modules -------------------------------------------------------------
 GOTOOLCHAIN=local go mod download
 log "Go modules: downloaded"
+
+# --- npm packages of the MCP test client ------------------------------------
+# test/mcp_test.go drives the MCP server with the official TypeScript client
+# (test/mcpclient, pinned by its package-lock.json). It is installed with
+# `npm ci` outside the clone, keyed by the lock file's hash, in the directory
+# the test uses (it installs there itself when this step has not run).
+lock=test/mcpclient/package-lock.json
+dir="${XDG_CACHE_HOME:-$HOME/.cache}/agentbox/mcpclient-$(sha256sum "$lock" | cut -c1-16)"
+if [[ -f $dir/node_modules/.agentbox-installed ]]; then
+	log "npm packages of test/mcpclient: present in $dir"
+else
+	mkdir -p "$dir"
+	cp test/mcpclient/package.json "$lock" test/mcpclient/client.mjs "$dir/"
+	# Not fatal here: without the npm registry only TestMCP fails (under
+	# AGENTBOX_TEST_STRICT=1), saying why, and the rest can still run.
+	if (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund); then
+		touch "$dir/node_modules/.agentbox-installed"
+		log "npm packages of test/mcpclient: installed in $dir"
+	else
+		log "WARNING: npm ci of test/mcpclient failed (no npm registry?): TestMCP will fail or skip"
+	fi
+fi

@@ -21,8 +21,8 @@ func init() { extraCommands = append(extraCommands, runsCmd, usageCmd, scheduleC
 func runsCmd() *cobra.Command {
 	var q agentbox.RunQuery
 	cmd := &cobra.Command{
-		Use:   "runs [--sandbox ID] [--trigger api|schedule|webhook] [--limit N]",
-		Short: "List run records of every trigger (API, schedule, webhook), newest first",
+		Use:   "runs [--sandbox ID] [--trigger api|schedule|webhook|mcp] [--limit N]",
+		Short: "List run records of every trigger (API, schedule, webhook, MCP), newest first",
 		Args:  cobra.NoArgs,
 		RunE: listing[agentbox.Run]{
 			fetch: func(ctx context.Context, c *agentbox.Client, _ []string) ([]agentbox.Run, error) {
@@ -38,7 +38,7 @@ func runsCmd() *cobra.Command {
 		}.run,
 	}
 	cmd.Flags().StringVar(&q.Sandbox, "sandbox", "", "only runs in this sandbox")
-	cmd.Flags().StringVar(&q.Trigger, "trigger", "", "only runs of this trigger: api, schedule or webhook")
+	cmd.Flags().StringVar(&q.Trigger, "trigger", "", "only runs of this trigger: api, schedule, webhook or mcp")
 	cmd.Flags().IntVar(&q.Limit, "limit", 0, "at most N runs (default 100)")
 	return cmd
 }
@@ -116,7 +116,7 @@ line per finished run instead (for billing pipelines).`,
 			fmt.Fprintln(tw, "SCOPE\tTRIGGER\tRUNS\tCPU-S\tMEM-GB-S\tEGRESS")
 			row := func(scope string, t api.UsageTotals) {
 				fmt.Fprintf(tw, "%s\tall\t%d\t%.3f\t%.3f\t%s\n", scope, t.Runs, t.CPUSeconds, t.MemoryGBSeconds, humanBytes(t.EgressBytes))
-				for _, trig := range []string{api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook} {
+				for _, trig := range []string{api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook, api.TriggerMCP} {
 					if bt, ok := t.ByTrigger[trig]; ok {
 						fmt.Fprintf(tw, "\t%s\t%d\t%.3f\t%.3f\t%s\n", trig, bt.Runs, bt.CPUSeconds, bt.MemoryGBSeconds, humanBytes(bt.EgressBytes))
 					}

@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/layergc"
 	"github.com/agentbox/agentbox/internal/layers"
+	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/metrics"
 	"github.com/agentbox/agentbox/internal/ratelimit"
 	"github.com/agentbox/agentbox/internal/runner"
@@ -306,6 +307,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Version: version.Version,
 		Metrics: mx.Handler(),
 		Ready:   readiness(closing),
+		MCP:     mcpserver.Handler(mcpService{svc}, log),
 	})
 	// After Recover: every fork protects its base. Manager.Close stops it.
 	snaps.StartPruning(ctx)
@@ -342,6 +344,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			RateLimit:    ratelimit.New(d.cfg.TCPRequestRate, d.cfg.TCPRequestBurst),
 			Metrics:      d.metrics,
 			Ready:        readiness(d.closing),
+			MCP:          mcpserver.Handler(mcpService{d.svc}, d.log),
 		})
 		d.serveOn(tln, tcpHandler)
 		d.log.InfoContext(ctx, "agentbox daemon listening", "tcp", tln.Addr().String(), "tls", d.cfg.TLS())

@@ -66,6 +66,11 @@ type Options struct {
 	// Ready reports whether the daemon can create sandboxes (GET /readyz:
 	// 503 with its error when it cannot); nil means always ready.
 	Ready func(ctx context.Context) error
+
+	// MCP serves POST /mcp, the Model Context Protocol endpoint
+	// (internal/mcpserver), behind the same authentication, tenancy and
+	// Host/Origin checks as every route; nil answers 404.
+	MCP http.Handler
 }
 
 // RateLimiter decides whether one more request of key may be served now.
@@ -140,6 +145,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates", listAll(h.svc.ListTemplates, func(l []api.Template) api.TemplateList { return api.TemplateList{Templates: l} })},
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
+		{"POST", "/mcp", h.mcp},
 	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.poolRoutes(), h.adminRoutes(), h.tenantRoutes(), h.probeRoutes())...)
 }
 
@@ -432,3 +438,13 @@ type statusProbe struct {
 func (p *statusProbe) Header() http.Header         { return p.header }
 func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
 func (p *statusProbe) WriteHeader(code int)        { p.status = code }
+
+// mcp hands the request to the MCP endpoint (streamable HTTP, one JSON
+// answer per POST), with the authenticated caller in its context.
+func (h *handler) mcp(w http.ResponseWriter, r *http.Request) error {
+	if h.opts.MCP == nil {
+		return fmt.Errorf("no MCP endpoint on this listener: %w", errdefs.ErrNotFound)
+	}
+	h.opts.MCP.ServeHTTP(w, r)
+	return nil
+}

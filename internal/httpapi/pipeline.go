@@ -145,9 +145,9 @@ func (x runHandlers) list(w http.ResponseWriter, r *http.Request) error {
 		sb = resolveSandbox(r, sb)
 	}
 	switch trig {
-	case "", api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook:
+	case "", api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook, api.TriggerMCP:
 	default:
-		return errorf("unknown trigger %q (api, schedule, webhook)", clip(trig))
+		return errorf("unknown trigger %q (api, schedule, webhook, mcp)", clip(trig))
 	}
 	limit := defaultRunLimit
 	if s := q.Get("limit"); s != "" {

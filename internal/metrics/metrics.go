@@ -93,6 +93,10 @@ const (
 	OutcomeAbandoned  = "abandoned"   // exec stream closed before the exit
 )
 
+// opPoolFill is the operation label of a warm pool's fill (the create of
+// a hidden sandbox): creates are only those callers asked for.
+const opPoolFill = "pool_fill"
+
 // durationBuckets span 5 ms to ~2.5 min: execs and lifecycle operations.
 var durationBuckets = prometheus.ExponentialBuckets(0.005, 2, 15)
 
@@ -197,6 +201,14 @@ func (m *Metrics) Observe(_ context.Context, op sandbox.Op) {
 		return
 	}
 	outcome := outcomeOf(op.Err)
+	if op.Hidden {
+		if op.Kind == sandbox.OpCreate {
+			m.operations.WithLabelValues(opPoolFill, outcome).Inc()
+		}
+		// Other operations on a pool's hidden sandbox are the pool's own
+		// housekeeping (pausing it, deleting a surplus one).
+		return
+	}
 	m.operations.WithLabelValues(op.Kind, outcome).Inc()
 	if op.Duration <= 0 {
 		return

@@ -162,7 +162,8 @@ func New(cfg Config) (*Pipeline, error) {
 
 // Run is one request to execute a command.
 type Run struct {
-	// Trigger is api.TriggerAPI, api.TriggerSchedule or api.TriggerWebhook.
+	// Trigger is api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook or
+	// api.TriggerMCP.
 	Trigger string
 	// Who is the identity behind the trigger ("unix-socket", "api-key:…",
 	// "schedule:<id>", "hook:<id>").

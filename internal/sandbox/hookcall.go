@@ -267,7 +267,7 @@ func (m *Manager) observeBox(ctx context.Context, kind string, b *box, detail st
 	if len(m.hooks.observers) == 0 {
 		return
 	}
-	m.observe(ctx, Op{Kind: kind, Sandbox: b.id(), Tenant: b.owner(), Detail: detail, Err: err})
+	m.observe(ctx, Op{Kind: kind, Sandbox: b.id(), Tenant: b.owner(), Detail: detail, Err: err, Hidden: b.isHidden()})
 }
 
 // observeBoxSince shows an operation on b that started at start and
@@ -276,7 +276,7 @@ func (m *Manager) observeBoxSince(ctx context.Context, kind string, b *box, deta
 	if len(m.hooks.observers) == 0 {
 		return
 	}
-	m.observe(ctx, Op{Kind: kind, Sandbox: b.id(), Tenant: b.owner(), Detail: detail, Err: err, Duration: time.Since(start)})
+	m.observe(ctx, Op{Kind: kind, Sandbox: b.id(), Tenant: b.owner(), Detail: detail, Err: err, Duration: time.Since(start), Hidden: b.isHidden()})
 }
 
 // observeTransition shows b's last transition (one recorded without

@@ -234,4 +234,7 @@ type Op struct {
 	// feature reporting it timed it (create, checkpoint, restore, fork);
 	// zero otherwise.
 	Duration time.Duration
+	// Hidden says the sandbox is a hidden one (a warm pool's, not yet
+	// handed out): its create is a pool's fill, not a caller's create.
+	Hidden bool
 }

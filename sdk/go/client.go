@@ -20,6 +20,7 @@ package agentbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -279,4 +280,31 @@ func (c *Client) Info(ctx context.Context) (api.Info, error) {
 		return api.Info{}, wrapf(err, "getting daemon info")
 	}
 	return info, nil
+}
+
+// MCPEndpoint returns the URL of the daemon's Model Context Protocol
+// endpoint (POST /mcp, streamable HTTP) and an http.Client that reaches it
+// as this Client does: over the unix socket or TCP/TLS, sending the API key
+// and the version header on every request. `agentbox mcp` bridges stdio to
+// it; any MCP client library can use the pair.
+func (c *Client) MCPEndpoint() (string, *http.Client) {
+	hc := *c.hc
+	hc.Transport = headerTransport{base: cmp.Or[http.RoundTripper](c.hc.Transport, http.DefaultTransport), apiKey: c.apiKey}
+	return c.base.String() + "/mcp", &hc
+}
+
+// headerTransport adds the client's headers to each request.
+type headerTransport struct {
+	base   http.RoundTripper
+	apiKey string
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(api.VersionHeader, api.Version)
+	r.Header.Set("User-Agent", "agentbox-go/"+api.Version)
+	if t.apiKey != "" {
+		r.Header.Set("Authorization", "Bearer "+t.apiKey)
+	}
+	return t.base.RoundTrip(r)
 }
