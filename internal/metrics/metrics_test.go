@@ -148,3 +148,27 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// Limit events count by type; a warm pool's fill is not a create.
+func TestMetricsLimitEventsAndPoolFills(t *testing.T) {
+	m := metrics.New(metrics.Config{})
+	ctx := context.Background()
+	m.Observe(ctx, sandbox.Op{Kind: sandbox.OpEvent, Sandbox: "sb1", Event: &api.SandboxEvent{Type: api.SandboxEventOOM}})
+	m.Observe(ctx, sandbox.Op{Kind: sandbox.OpCreate, Sandbox: "sb2", Hidden: true, Duration: 1})
+	m.Observe(ctx, sandbox.Op{Kind: sandbox.OpDelete, Sandbox: "sb2", Hidden: true})
+	fams := scrape(t, m)
+	if got := value(fams, "agentbox_limit_events_total", map[string]string{"type": "oom"}); got != 1 {
+		t.Errorf("oom events = %v, want 1", got)
+	}
+	if got := value(fams, "agentbox_operations_total", map[string]string{"operation": "pool_fill", "outcome": "ok"}); got != 1 {
+		t.Errorf("pool fills = %v, want 1", got)
+	}
+	for _, op := range []string{"create", "delete"} {
+		if got := value(fams, "agentbox_operations_total", map[string]string{"operation": op}); got != 0 {
+			t.Errorf("%s of a hidden sandbox counted %v times", op, got)
+		}
+	}
+	if got := value(fams, "agentbox_sandbox_create_duration_seconds", nil); got != 0 {
+		t.Errorf("a pool fill was timed as a create")
+	}
+}
