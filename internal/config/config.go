@@ -28,6 +28,7 @@ const (
 	EnvDataDir     = "AGENTBOX_DATA_DIR"
 	EnvSocket      = "AGENTBOX_SOCKET"
 	EnvTCP         = "AGENTBOX_TCP"
+	EnvMetricsAddr = "AGENTBOX_METRICS_ADDR"
 	EnvAPIKeysFile = "AGENTBOX_API_KEYS_FILE"
 	EnvLogLevel    = "AGENTBOX_LOG_LEVEL"
 	EnvLogFormat   = "AGENTBOX_LOG_FORMAT"
@@ -128,6 +129,10 @@ type Config struct {
 	SocketPath string `json:"socket_path"`
 	// TCPAddr is host:port of the authenticated TCP listener; empty = off.
 	TCPAddr string `json:"tcp_addr,omitempty"`
+	// MetricsAddr is host:port of the dedicated metrics listener (GET
+	// /metrics, /healthz, /readyz without credentials); empty = off; an
+	// empty host (":9464") means 127.0.0.1. See docs/METRICS.md.
+	MetricsAddr string `json:"metrics_addr,omitempty"`
 	// APIKeysFile holds one API key per line (blank lines and lines starting
 	// with # are ignored). Required when TCPAddr is set.
 	APIKeysFile string `json:"api_keys_file,omitempty"`
@@ -332,6 +337,11 @@ func (c *Config) Validate() error {
 			bad("tcp address %q must be host:port", c.TCPAddr)
 		}
 	}
+	if c.MetricsAddr != "" {
+		if _, ok := c.MetricsPort(); !ok {
+			bad("metrics address %q must be host:port", c.MetricsAddr)
+		}
+	}
 	checkRange := func(kind string, base, size uint32) {
 		switch {
 		case size < 2*65536:
@@ -530,8 +540,23 @@ func (c *Config) EffectiveCgroupParent(dataDir string) string {
 
 // TCPPort is the port of TCPAddr; false when TCPAddr is empty or not
 // host:port with a numeric port.
-func (c *Config) TCPPort() (int, bool) {
-	_, ps, err := net.SplitHostPort(c.TCPAddr)
+func (c *Config) TCPPort() (int, bool) { return portOf(c.TCPAddr) }
+
+// MetricsPort is the port of MetricsAddr, as TCPPort is of TCPAddr.
+func (c *Config) MetricsPort() (int, bool) { return portOf(c.MetricsAddr) }
+
+// MetricsListenAddr is MetricsAddr with an empty host made 127.0.0.1.
+func (c *Config) MetricsListenAddr() string {
+	host, port, err := net.SplitHostPort(c.MetricsAddr)
+	if err != nil || host != "" {
+		return c.MetricsAddr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// portOf is the numeric port of host:port addr; false when it has none.
+func portOf(addr string) (int, bool) {
+	_, ps, err := net.SplitHostPort(addr)
 	if err != nil || ps == "" {
 		return 0, false
 	}

@@ -39,6 +39,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.SocketPath }},
 	{Key: "tcp_addr", Flag: "tcp", Env: EnvTCP, Usage: "also serve the API on this TCP host:port, with API keys (an empty variable turns TCP off)",
 		field: func(c *Config) any { return &c.TCPAddr }},
+	{Key: "metrics_addr", Flag: "metrics-addr", Env: EnvMetricsAddr, Usage: "serve /metrics, /healthz and /readyz without credentials on this host:port (\":9464\" binds 127.0.0.1; empty: off, /metrics is then on the API only)",
+		field: func(c *Config) any { return &c.MetricsAddr }},
 	{Key: "api_keys_file", Flag: "api-keys-file", Env: EnvAPIKeysFile, Usage: "file of admin API keys for the TCP listener, one per line; tenants' keys are created with \"agentbox key create\"",
 		field: func(c *Config) any { return &c.APIKeysFile }},
 	{Key: "allowed_hosts", Flag: "allowed-host", Usage: "Host header values accepted on TCP: host or host:port, * for any (repeatable; default: IP literals and localhost only)",

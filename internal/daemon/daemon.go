@@ -14,16 +14,19 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/cleanup"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/layergc"
 	"github.com/agentbox/agentbox/internal/layers"
 	"github.com/agentbox/agentbox/internal/mcpserver"
+	"github.com/agentbox/agentbox/internal/metrics"
 	"github.com/agentbox/agentbox/internal/ratelimit"
 	"github.com/agentbox/agentbox/internal/runner"
 	"github.com/agentbox/agentbox/internal/runsecrets"
@@ -82,6 +85,10 @@ type Daemon struct {
 	svc service
 	// runLock is held for the daemon's life (lockRunDir).
 	runLock *os.File
+	// metrics serves GET /metrics (internal/metrics).
+	metrics http.Handler
+	// closing is set when Close starts: /readyz answers 503 from then on.
+	closing *atomic.Bool
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -192,7 +199,15 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	undo.Add(stopBridge)
-	edge, err := setupEgress(cfg, sec.ActiveRun, runsecrets.TenantSecrets{Store: secStore}, log)
+	// The metrics (internal/metrics) observe the core and the egress
+	// proxy's decisions; the warm pools' sizes are read at scrape.
+	var pools *warmpool.Keeper
+	mx := metrics.New(metrics.Config{
+		Pools:     func(ctx context.Context) ([]api.Pool, error) { return pools.Pools(ctx) },
+		StorePath: st.Path(),
+		Logger:    log,
+	})
+	edge, err := setupEgress(cfg, sec.ActiveRun, runsecrets.TenantSecrets{Store: secStore}, mx.Egress, log)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +219,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		}})
 	var tmpl *templates.Manager // built by the Manager (NewTemplates): the cycle of templates and sandboxes
 	// The warm pools fill only when SetPools starts them, after recovery.
-	pools := warmpool.New(warmpool.Config{DataDir: cfg.DataDir, Logger: log})
+	pools = warmpool.New(warmpool.Config{DataDir: cfg.DataDir, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir:         cfg.DataDir,
 		RunDir:          filepath.Dir(cfg.SocketPath),
@@ -235,7 +250,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// deleted sandbox's implicit checkpoints go after every other
 		// feature forgot it. The warm pools' sandboxes get every other
 		// extension's hooks when they are made.
-		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, pools},
+		// The metrics last: they observe what the others did.
+		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, pools, mx},
 		NewTemplates: func(runner *sandbox.StepRunner) (_ sandbox.Templates, err error) {
 			// Kept for the template service, built above the core below.
 			tmpl, err = templates.New(templates.Config{
@@ -284,15 +300,19 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	}
 	gc := newCollector(layerGC, log)
 	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, gc, st}
+	// Ready from here on (recovery is done) until Close starts.
+	closing := new(atomic.Bool)
 	handler := httpapi.New(svc, httpapi.Options{
 		Logger:  log,
 		Version: version.Version,
+		Metrics: mx.Handler(),
+		Ready:   readiness(closing),
 		MCP:     mcpserver.Handler(mcpService{svc}, log),
 	})
 	// After Recover: every fork protects its base. Manager.Close stops it.
 	snaps.StartPruning(ctx)
 	undo.Release()
-	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, disks: dq, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc}, nil
+	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, disks: dq, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc, metrics: mx.Handler(), closing: closing}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -322,12 +342,35 @@ func (d *Daemon) Start(ctx context.Context) error {
 			RequireAuth:  true,
 			AllowedHosts: d.cfg.AllowedHosts,
 			RateLimit:    ratelimit.New(d.cfg.TCPRequestRate, d.cfg.TCPRequestBurst),
+			Metrics:      d.metrics,
+			Ready:        readiness(d.closing),
 			MCP:          mcpserver.Handler(mcpService{d.svc}, d.log),
 		})
 		d.serveOn(tln, tcpHandler)
 		d.log.InfoContext(ctx, "agentbox daemon listening", "tcp", tln.Addr().String(), "tls", d.cfg.TLS())
 	}
+	if d.cfg.MetricsAddr != "" {
+		addr := d.cfg.MetricsListenAddr()
+		mln, err := net.Listen("tcp", addr)
+		if err != nil {
+			d.shutdown()
+			return fmt.Errorf("listening for metrics on %s: %w", addr, err)
+		}
+		d.serveOn(mln, httpapi.ProbeHandler(httpapi.Options{Metrics: d.metrics, Ready: readiness(d.closing)}))
+		d.log.InfoContext(ctx, "agentbox daemon serving metrics", "addr", mln.Addr().String())
+	}
 	return nil
+}
+
+// readiness is GET /readyz's check: the daemon is ready from the end of
+// New (recovery done, sandboxes can be created) until Close starts.
+func readiness(closing *atomic.Bool) func(context.Context) error {
+	return func(context.Context) error {
+		if closing.Load() {
+			return fmt.Errorf("the daemon is shutting down: %w", errdefs.ErrUnavailable)
+		}
+		return nil
+	}
 }
 
 func (d *Daemon) serveOn(ln net.Listener, h http.Handler) {
@@ -364,6 +407,7 @@ func (d *Daemon) shutdown() {
 // Close shuts down gracefully: listeners close, open streams end, the store
 // is released. Sandboxes keep running for the next daemon to re-adopt.
 func (d *Daemon) Close() error {
+	d.closing.Store(true)
 	d.shutdown()
 	d.stopBridge()
 	d.pipe.close()

@@ -20,8 +20,8 @@ import (
 // setupEgress builds the egress proxy of network mode "egress" (see
 // sandboxnet). Credentials come from secrets (the encrypted store); runOf
 // attributes connections to runs.
-func setupEgress(cfg *config.Config, runOf func(ctx context.Context, sandboxID string) string, secrets egress.SecretSource, log *slog.Logger) (*egress.Proxy, error) {
-	ecfg := egress.Config{Secrets: secrets, Logger: log, RunOf: runOf}
+func setupEgress(cfg *config.Config, runOf func(ctx context.Context, sandboxID string) string, secrets egress.SecretSource, onRecord func(api.EgressRecord), log *slog.Logger) (*egress.Proxy, error) {
+	ecfg := egress.Config{Secrets: secrets, Logger: log, RunOf: runOf, OnRecord: onRecord}
 	hosts := hostsResolver{}
 	if cfg.EgressHostsFile != "" {
 		var err error
@@ -56,6 +56,9 @@ func setupEgress(cfg *config.Config, runOf func(ctx context.Context, sandboxID s
 	}
 	ecfg.Permit = permit
 	if port, ok := cfg.TCPPort(); ok {
+		ecfg.SelfPorts = append(ecfg.SelfPorts, port)
+	}
+	if port, ok := cfg.MetricsPort(); ok {
 		ecfg.SelfPorts = append(ecfg.SelfPorts, port)
 	}
 	return egress.New(ecfg), nil

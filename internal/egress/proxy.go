@@ -60,8 +60,13 @@ type Config struct {
 	// RunOf names the run a new proxy connection of a sandbox is
 	// attributed to ("" for none); its records carry that run id. It is
 	// called once per proxy connection. Nil: records carry no run id.
-	RunOf  func(ctx context.Context, sandboxID string) string
-	Logger *slog.Logger
+	RunOf func(ctx context.Context, sandboxID string) string
+	// OnRecord, when set, is called with every record (every decision)
+	// after it is kept, synchronously on the proxy connection's
+	// goroutine: it must return quickly (the daemon counts decisions for
+	// its metrics).
+	OnRecord func(rec api.EgressRecord)
+	Logger   *slog.Logger
 }
 
 // Proxy is the egress proxy of every sandbox of a daemon. It is safe for
@@ -182,6 +187,9 @@ func (p *Proxy) record(sb *sandbox, rec api.EgressRecord) {
 	p.log.Info("egress", "sandbox", sb.id, "run", rec.RunID, "kind", rec.Kind, "dest", rec.Destination, "addr", rec.Address,
 		"method", rec.Method, "path", rec.Path, "status", rec.Status, "decision", rec.Decision, "rule", rec.Rule,
 		"reason", rec.Reason, "up", rec.BytesUp, "down", rec.BytesDown, "credentials", rec.Credentials)
+	if p.cfg.OnRecord != nil {
+		p.cfg.OnRecord(rec)
+	}
 }
 
 // ServeConn serves one proxy connection made inside sandboxID and closes

@@ -10,10 +10,10 @@ import (
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
-// errAnonymousHealth is checkAccess's answer to a GET /v1/health without
-// credentials on TCP: it is served {"status":"ok"} and nothing else (no
-// version header), so load balancers can probe the daemon without a key
-// and learn nothing from it.
+// errAnonymousHealth is checkAccess's answer to a probe (GET /v1/health,
+// /healthz, /readyz; see isProbe) without credentials on TCP: it is served
+// its status and nothing else (no version header), so load balancers can
+// probe the daemon without a key and learn nothing from it.
 var errAnonymousHealth = errors.New("anonymous health check")
 
 // admitAuthenticated is the TCP listener's step after a request

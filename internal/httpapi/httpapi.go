@@ -61,6 +61,11 @@ type Options struct {
 	// request over it is answered 429 with Retry-After. Checked only when
 	// RequireAuth is set.
 	RateLimit RateLimiter
+	// Metrics serves GET /metrics (404 when nil).
+	Metrics http.Handler
+	// Ready reports whether the daemon can create sandboxes (GET /readyz:
+	// 503 with its error when it cannot); nil means always ready.
+	Ready func(ctx context.Context) error
 
 	// MCP serves POST /mcp, the Model Context Protocol endpoint
 	// (internal/mcpserver), behind the same authentication, tenancy and
@@ -141,7 +146,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
 		{"POST", "/mcp", h.mcp},
-	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.poolRoutes(), h.adminRoutes(), h.tenantRoutes())...)
+	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.poolRoutes(), h.adminRoutes(), h.tenantRoutes(), h.probeRoutes())...)
 }
 
 // reqState is per-request data shared by the middleware and handlers.
@@ -222,6 +227,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) dispatch(w http.ResponseWriter, r *http.Request) error {
 	p, who, err := h.checkAccess(r)
 	if errors.Is(err, errAnonymousHealth) {
+		if r.URL.Path == "/readyz" {
+			return h.readyz(w, r)
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
 	}
@@ -326,7 +334,7 @@ func (h *handler) checkAccess(r *http.Request) (tenant.Principal, string, error)
 		return tenant.Admin, "", nil
 	}
 	key, ok := bearer(r.Header.Get("Authorization"))
-	if !ok && r.Header.Get("Authorization") == "" && r.Method == http.MethodGet && r.URL.Path == "/v1/health" {
+	if !ok && isProbe(r) {
 		return tenant.Principal{}, "", errAnonymousHealth
 	}
 	if !ok {

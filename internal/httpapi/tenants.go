@@ -58,6 +58,7 @@ var adminOnly = map[string]bool{
 	"PUT /v1/templates/{name}/pool": true,
 	"POST /v1/gc":                   true,
 	"POST /v1/runners":              true,
+	"GET /metrics":                  true,
 }
 
 // authorize applies the caller's scope and the admin-only routes to the

@@ -242,7 +242,7 @@ func (m *Manager) HandOut(ctx context.Context, h *Handle, req api.CreateSandboxR
 		return api.Sandbox{}, err
 	}
 	m.observeTransition(ctx, b)
-	m.observeBox(ctx, OpCreate, b, req.Template, nil)
+	m.observeBoxSince(ctx, OpCreate, b, req.Template, start, nil)
 	m.log.InfoContext(ctx, "sandbox created from warm pool", "sandbox", id, "template", req.Template,
 		"thawed", thawed, "took", time.Since(start))
 	return b.view(), nil

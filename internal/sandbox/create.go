@@ -158,10 +158,10 @@ func (m *Manager) createFrom(ctx context.Context, req api.CreateSandboxRequest, 
 	}
 	if err := m.onCreate(ctx, b); err != nil {
 		_ = m.DeleteSandbox(context.WithoutCancel(ctx), id)
-		m.observeBox(ctx, OpCreate, b, req.Template, err)
+		m.observeBoxSince(ctx, OpCreate, b, req.Template, now, err)
 		return api.Sandbox{}, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	m.observeBox(ctx, OpCreate, b, req.Template, nil)
+	m.observeBoxSince(ctx, OpCreate, b, req.Template, now, nil)
 	m.log.InfoContext(ctx, "sandbox created", "sandbox", id, "template", req.Template)
 	return b.view(), nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -266,7 +267,16 @@ func (m *Manager) observeBox(ctx context.Context, kind string, b *box, detail st
 	if len(m.hooks.observers) == 0 {
 		return
 	}
-	m.observe(ctx, Op{Kind: kind, Sandbox: b.id(), Tenant: b.owner(), Detail: detail, Err: err})
+	m.observe(ctx, Op{Kind: kind, Sandbox: b.id(), Tenant: b.owner(), Detail: detail, Err: err, Hidden: b.isHidden()})
+}
+
+// observeBoxSince shows an operation on b that started at start and
+// ended with err, with its duration.
+func (m *Manager) observeBoxSince(ctx context.Context, kind string, b *box, detail string, start time.Time, err error) {
+	if len(m.hooks.observers) == 0 {
+		return
+	}
+	m.observe(ctx, Op{Kind: kind, Sandbox: b.id(), Tenant: b.owner(), Detail: detail, Err: err, Duration: time.Since(start), Hidden: b.isHidden()})
 }
 
 // observeTransition shows b's last transition (one recorded without

@@ -230,4 +230,11 @@ type Op struct {
 	// Err is how the operation failed; nil when it succeeded.
 	Err error
 	At  time.Time
+	// Duration is how long the operation took, where the core or the
+	// feature reporting it timed it (create, checkpoint, restore, fork);
+	// zero otherwise.
+	Duration time.Duration
+	// Hidden says the sandbox is a hidden one (a warm pool's, not yet
+	// handed out): its create is a pool's fill, not a caller's create.
+	Hidden bool
 }

@@ -69,7 +69,8 @@ func validateCheckpointRequest(req api.CreateCheckpointRequest) error {
 // it stays as it was. The returned DurationMS is the time it was frozen.
 // The checkpoint shows in the sandbox's transitions (cause checkpoint).
 func (m *Snapshots) CreateCheckpoint(ctx context.Context, id string, req api.CreateCheckpointRequest) (_ api.Checkpoint, err error) {
-	defer func() { m.report(ctx, sandbox.OpCheckpoint, id, req.Name, err) }()
+	start := time.Now()
+	defer func() { m.report(ctx, sandbox.OpCheckpoint, id, req.Name, start, err) }()
 	if err := validateCheckpointRequest(req); err != nil {
 		return api.Checkpoint{}, fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
@@ -288,7 +289,8 @@ func (m *Snapshots) resolveCheckpoint(ctx context.Context, id, ref string) (stor
 // checkpoint of identical content holds that layer. Its layer is
 // removed unless other checkpoints share it or are stacked on it.
 func (m *Snapshots) DeleteCheckpoint(ctx context.Context, cid string) (err error) {
-	defer func() { m.report(ctx, sandbox.OpDeleteCheckpoint, "", cid, err) }()
+	start := time.Now()
+	defer func() { m.report(ctx, sandbox.OpDeleteCheckpoint, "", cid, start, err) }()
 	cs, ls, err := m.checkpoints()
 	if err != nil {
 		return err
@@ -331,7 +333,8 @@ func (m *Snapshots) DeleteCheckpoint(ctx context.Context, cid string) (err error
 // sleeping sandbox is woken first. The restore shows in the sandbox's
 // transitions (cause restore).
 func (m *Snapshots) Restore(ctx context.Context, id, ref string) (_ api.RestoreResult, err error) {
-	defer func() { m.report(ctx, sandbox.OpRestore, id, ref, err) }()
+	start := time.Now()
+	defer func() { m.report(ctx, sandbox.OpRestore, id, ref, start, err) }()
 	if ref == "" {
 		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: checkpoint is required: %w", id, errdefs.ErrInvalidArgument)
 	}
@@ -344,11 +347,11 @@ func (m *Snapshots) Restore(ctx context.Context, id, ref string) (_ api.RestoreR
 		return api.RestoreResult{}, err
 	}
 	defer unlock()
-	start := time.Now()
+	locked := time.Now()
 	if err := m.restoreLocked(ctx, h, rec); err != nil {
 		return api.RestoreResult{}, fmt.Errorf("restoring sandbox %s: %w", id, err)
 	}
-	d := time.Since(start)
+	d := time.Since(locked)
 	if err := h.Note(ctx, api.CauseRestore, rec.Checkpoint.ID); err != nil {
 		m.log.WarnContext(ctx, "recording the restore in the sandbox's transitions", "sandbox", id, "err", err)
 	}

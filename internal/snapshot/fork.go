@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -35,7 +36,8 @@ const (
 // (req.Env is merged over it) and carry req.Labels. All or nothing: on
 // error no fork is left.
 func (m *Snapshots) ForkCheckpoint(ctx context.Context, cid string, req api.ForkRequest) (_ api.ForkResult, err error) {
-	defer func() { m.report(ctx, sandbox.OpFork, "", cid, err) }()
+	start := time.Now()
+	defer func() { m.report(ctx, sandbox.OpFork, "", cid, start, err) }()
 	if err := validateFork(&req); err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking checkpoint %s: %w", cid, err)
 	}
@@ -55,7 +57,8 @@ func (m *Snapshots) ForkCheckpoint(ctx context.Context, cid string, req api.Fork
 // ForkCheckpoint. A paused or hibernated source is not woken and stays so
 // (CreateCheckpoint).
 func (m *Snapshots) ForkSandbox(ctx context.Context, id string, req api.ForkRequest) (_ api.ForkResult, err error) {
-	defer func() { m.report(ctx, sandbox.OpFork, id, "", err) }()
+	start := time.Now()
+	defer func() { m.report(ctx, sandbox.OpFork, id, "", start, err) }()
 	if err := validateFork(&req); err != nil {
 		return api.ForkResult{}, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}

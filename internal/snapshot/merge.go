@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -196,7 +197,8 @@ func planMerge(ctx context.Context, base, ours, theirs *layers.View, req api.Mer
 // the package comment above. With unresolved conflicts it returns the
 // result (with the conflicts) and an error wrapping errdefs.ErrConflict.
 func (m *Snapshots) Merge(ctx context.Context, target string, req api.MergeRequest) (_ api.MergeResult, err error) {
-	defer func() { m.report(ctx, sandbox.OpMerge, target, "", err) }()
+	start := time.Now()
+	defer func() { m.report(ctx, sandbox.OpMerge, target, "", start, err) }()
 	if err := validateMerge(target, req); err != nil {
 		return api.MergeResult{}, fmt.Errorf("merging into %s: %w", target, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -164,10 +165,10 @@ func (m *Snapshots) Provision(c sandbox.Core) error {
 	return nil
 }
 
-// report shows an operation on sandbox id ("" for none) to the core's
-// observers.
-func (m *Snapshots) report(ctx context.Context, kind, id, detail string, err error) {
-	m.sbx.Report(ctx, sandbox.Op{Kind: kind, Sandbox: id, Detail: detail, Err: err})
+// report shows an operation on sandbox id ("" for none) that started at
+// start to the core's observers.
+func (m *Snapshots) report(ctx context.Context, kind, id, detail string, start time.Time, err error) {
+	m.sbx.Report(ctx, sandbox.Op{Kind: kind, Sandbox: id, Detail: detail, Err: err, Duration: time.Since(start)})
 }
 
 // OnPurgeTenant implements sandbox.PurgeHook: it deletes the checkpoints
