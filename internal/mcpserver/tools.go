@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/execstream"
+	"github.com/agentbox/agentbox/internal/lazyregexp"
 	"github.com/agentbox/agentbox/internal/validate"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -43,7 +43,7 @@ const (
 	UntrustedEnd   = "</untrusted-sandbox-data>"
 )
 
-var sandboxIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+var sandboxIDRe = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,63}$`)
 
 // tools are the tool handlers; vals, when non-nil, gives each call's
 // context the values of the authenticated request.
