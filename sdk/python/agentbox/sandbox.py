@@ -74,6 +74,16 @@ def _b(data: Data) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else bytes(data)
 
 
+def _body(data: Union[Data, Iterable[bytes], BinaryIO]) -> Any:
+    """A request body from bytes or str (sent whole), a binary file (read
+    and streamed in 64 KiB pieces) or an iterable of bytes (streamed)."""
+    if isinstance(data, (str, bytes, bytearray, memoryview)):
+        return _b(data)
+    if hasattr(data, "read"):
+        return iter(lambda: data.read(64 << 10), b"")  # type: ignore[union-attr]
+    return data
+
+
 class _Sink:
     def __init__(self, cb: Optional[OutputCallback]) -> None:
         self.buf = bytearray()
@@ -224,13 +234,7 @@ class Process:
         """Write data (bytes, str, an iterable of bytes or a binary file,
         streamed) to the process's stdin; close it after when close is set.
         The process must have been started with stdin_open=True."""
-        body: Any
-        if isinstance(data, (str, bytes, bytearray, memoryview)):
-            body = _b(data)
-        elif hasattr(data, "read"):
-            body = iter(lambda: data.read(64 << 10), b"")  # type: ignore[union-attr]
-        else:
-            body = data
+        body = _body(data)
         self.sandbox._t.call("POST", self._path("/stdin"), query={"close": close}, body=body,
                              content_type="application/octet-stream")
 
@@ -382,13 +386,7 @@ class Sandbox:
     def write_file(self, path: str, data: Union[Data, Iterable[bytes], BinaryIO], mode: int = 0o644) -> Dict[str, Any]:
         """Write data (bytes, str, an iterable of bytes or a binary file,
         streamed) to path, creating missing parents; returns its stat."""
-        body: Any
-        if isinstance(data, (str, bytes, bytearray, memoryview)):
-            body = _b(data)
-        elif hasattr(data, "read"):
-            body = iter(lambda: data.read(64 << 10), b"")  # type: ignore[union-attr]
-        else:
-            body = data
+        body = _body(data)
         q = {"path": path, "mode": "%04o" % (mode & 0o7777), "parents": True}
         return self._t.call("PUT", self._path("/files"), query=q, body=body,
                             content_type="application/octet-stream") or {}
