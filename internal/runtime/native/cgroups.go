@@ -521,12 +521,33 @@ func (c *cgroupV2) freeze(ctx context.Context) error {
 func (c *cgroupV2) thaw(ctx context.Context) error { return c.setFrozen(ctx, "0") }
 
 func (c *cgroupV2) killAll(ctx context.Context) error {
-	return killUntilEmpty(ctx, c.path, c.procs, func() error {
+	if err := killUntilEmpty(ctx, c.path, c.procs, func() error {
 		if err := c.m.Kill(); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("killing cgroup %s: %w", c.path, err)
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	waitUnpopulated(ctx, filepath.Join(cgroupRoot, c.path))
+	return nil
+}
+
+// waitUnpopulated waits, as long as the kill rounds may take, until the v2
+// cgroup at dir is no longer populated (or gone). cgroup.procs leaves out
+// a task that is exiting, but the cgroup stays populated, and rmdir says
+// EBUSY, until the task is released: for a sandbox's guest, until its
+// parent reaps it, which a slow host (a TCG VM) can take longer over than
+// the library's rmdir retries (150 ms). When the wait runs out, delete
+// reports what is left.
+func waitUnpopulated(ctx context.Context, dir string) {
+	for n := 0; n < killRounds && ctx.Err() == nil; n++ {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+		if err != nil || strings.Contains(string(b), "populated 0") {
+			return
+		}
+		time.Sleep(killRoundWait)
+	}
 }
 
 func (c *cgroupV2) stats() (runtime.Stats, error) {
