@@ -9,15 +9,14 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/testutil"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
 // Issue 17, finding 1: `exec -t` on a terminal that reports 0x0 (script's
 // pty, a CI runner) runs with 24x80 instead of failing.
 func TestExecTTYZeroSizeTerminal(t *testing.T) {
-	if _, err := exec.LookPath("script"); err != nil {
-		t.Skip("script(1) is not installed")
-	}
+	testutil.RequiresBinary(t, "script") // script(1), Debian's essential bsdutils: a pty that reports 0x0
 	d := newDaemon(t)
 	sb := d.create(t, agentbox.SandboxSpec{})
 	line := agentboxBin(t) + " --host unix://" + d.socket + " exec -t " + sb.ID() + " -- stty size"
