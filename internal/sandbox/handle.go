@@ -55,6 +55,16 @@ func (h *Handle) Live() bool {
 	return !h.b.deleted && h.b.rec.Sandbox.State == api.StateRunning
 }
 
+// Busy counts an activity on the sandbox until the returned function is
+// called (once; further calls do nothing): the idle policy does not pause,
+// hibernate or delete it meanwhile, and its idle clock restarts when the
+// function is called. It takes no lock and wakes nothing: a feature that
+// keeps a connection into the sandbox open past a Core.Acquire (the
+// service proxy's WebSockets and streamed responses) calls it before it
+// releases, so the connection counts as activity without holding off a
+// delete, as an open exec stream does.
+func (h *Handle) Busy() func() { return h.m.busy(h.b) }
+
 // StateDir is the sandbox's host-side state directory (root only, never
 // visible inside the sandbox); it lives as long as the sandbox.
 func (h *Handle) StateDir() string {

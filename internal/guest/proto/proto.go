@@ -133,6 +133,14 @@ const (
 	// replaces the session (and closes listeners of ports it does not name).
 	// See internal/guest/tunnel.go.
 	OpTunnel = "tunnel"
+	// OpDial: the guest connects to 127.0.0.1:<Request.Port> inside the
+	// sandbox; S Result(null) once connected (Error when it cannot: the
+	// port is not listening is errdefs.ErrUnavailable). From then on the
+	// connection carries that TCP connection's bytes in both directions,
+	// unframed; a half-close on either side is passed on. It is how the
+	// host reaches a service inside a sandbox (internal/serviceurl),
+	// which has no route from the host.
+	OpDial = "dial"
 )
 
 // MaxTunnelPorts bounds Request.Ports of OpTunnel.
@@ -156,6 +164,7 @@ type Request struct {
 	Mkdir      *api.MkdirRequest `json:"mkdir,omitempty"`       // mkdir
 	Move       *api.MoveRequest  `json:"move,omitempty"`        // move
 	Ports      []int             `json:"ports,omitempty"`       // tunnel
+	Port       int               `json:"port,omitempty"`        // dial
 }
 
 // VersionReply is the Result of OpVersion.
