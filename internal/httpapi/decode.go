@@ -30,6 +30,7 @@ const (
 
 var (
 	sandboxIDRe    = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,63}$`)
+	exposureIDRe   = lazyregexp.New(`^[a-z0-9]{16}$`)
 	templateNameRe = lazyregexp.New(`^([a-z0-9][a-z0-9-]{0,31}~)?[A-Za-z0-9][A-Za-z0-9._-]{0,127}(@[A-Za-z0-9]{1,64})?$`) // [TENANT~]NAME[@VERSION]; only the admin may name another tenant's
 )
 

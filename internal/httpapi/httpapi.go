@@ -67,6 +67,11 @@ type Options struct {
 	// 503 with its error when it cannot); nil means always ready.
 	Ready func(ctx context.Context) error
 
+	// Services, when set, serves the requests addressed to service URLs
+	// (ServiceGateway.Match) before any other check: they carry a
+	// service token, not an API key.
+	Services ServiceGateway
+
 	// MCP serves POST /mcp, the Model Context Protocol endpoint
 	// (internal/mcpserver), behind the same authentication, tenancy and
 	// Host/Origin checks as every route; nil answers 404.
@@ -146,7 +151,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
 		{"POST", "/mcp", h.mcp},
-	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.poolRoutes(), h.adminRoutes(), h.tenantRoutes(), h.probeRoutes())...)
+	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.poolRoutes(), h.exposureRoutes(), h.adminRoutes(), h.tenantRoutes(), h.probeRoutes())...)
 }
 
 // reqState is per-request data shared by the middleware and handlers.
@@ -225,6 +230,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // dispatch checks the caller's access to r and serves it by its route.
 func (h *handler) dispatch(w http.ResponseWriter, r *http.Request) error {
+	if h.opts.Services != nil && h.opts.Services.Match(r) {
+		return h.serveService(w, r)
+	}
 	p, who, err := h.checkAccess(r)
 	if errors.Is(err, errAnonymousHealth) {
 		if r.URL.Path == "/readyz" {

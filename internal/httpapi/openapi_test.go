@@ -80,6 +80,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		api.TTY{}, api.ExecRequest{}, api.ExecEvent{}, api.Process{}, api.ProcessList{}, api.SignalRequest{},
 		api.FileInfo{}, api.FileList{}, api.MkdirRequest{}, api.MoveRequest{}, api.Template{}, api.TemplateList{},
 		api.TemplateSpec{}, api.TemplateStep{}, api.CopyStep{}, api.BuildTemplateRequest{}, api.BuildEvent{},
+		api.ExposeRequest{}, api.Exposure{}, api.ExposureList{},
 	}
 	timeType := reflect.TypeOf(time.Time{})
 	for _, v := range types {
