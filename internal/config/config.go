@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,13 +26,15 @@ import (
 
 // Environment variables read by ApplyEnv.
 const (
-	EnvDataDir     = "AGENTBOX_DATA_DIR"
-	EnvSocket      = "AGENTBOX_SOCKET"
-	EnvTCP         = "AGENTBOX_TCP"
-	EnvMetricsAddr = "AGENTBOX_METRICS_ADDR"
-	EnvAPIKeysFile = "AGENTBOX_API_KEYS_FILE"
-	EnvLogLevel    = "AGENTBOX_LOG_LEVEL"
-	EnvLogFormat   = "AGENTBOX_LOG_FORMAT"
+	EnvDataDir       = "AGENTBOX_DATA_DIR"
+	EnvSocket        = "AGENTBOX_SOCKET"
+	EnvTCP           = "AGENTBOX_TCP"
+	EnvServiceDomain = "AGENTBOX_SERVICE_DOMAIN"
+	EnvPublicURL     = "AGENTBOX_PUBLIC_URL"
+	EnvMetricsAddr   = "AGENTBOX_METRICS_ADDR"
+	EnvAPIKeysFile   = "AGENTBOX_API_KEYS_FILE"
+	EnvLogLevel      = "AGENTBOX_LOG_LEVEL"
+	EnvLogFormat     = "AGENTBOX_LOG_FORMAT"
 	// EnvSecretsKeyFile and EnvConnectorsFile: see Config.
 	EnvSecretsKeyFile = "AGENTBOX_SECRETS_KEY_FILE"
 	EnvConnectorsFile = "AGENTBOX_CONNECTORS_FILE"
@@ -146,6 +149,16 @@ type Config struct {
 	// TCPEdge are the TCP listener's TLS, connection and rate limits
 	// (tcp.go).
 	TCPEdge
+	// ServiceDomain turns on host-based service URLs,
+	// {port}-{id}.{ServiceDomain} on the TCP listener (a wildcard DNS name
+	// pointing at it; docs/SERVICE-URLS.md). It may end in ":port", the
+	// port clients reach the listener on. Empty: path-based only.
+	ServiceDomain string `json:"service_domain,omitempty"`
+	// PublicURL is the TCP listener's address as clients reach it
+	// (scheme://host[:port]), the base of the service URLs the API
+	// returns. Empty: derived from TCPAddr (an unspecified host is
+	// 127.0.0.1).
+	PublicURL string `json:"public_url,omitempty"`
 
 	// UIDMapBase/UIDMapSize and GIDMapBase/GIDMapSize are the host id ranges
 	// sandboxes' user namespaces are mapped into, cut into slots of 65536
@@ -335,6 +348,14 @@ func (c *Config) Validate() error {
 	if c.TCPAddr != "" {
 		if _, ok := c.TCPPort(); !ok {
 			bad("tcp address %q must be host:port", c.TCPAddr)
+		}
+	}
+	if c.ServiceDomain != "" && !validServiceDomain(c.ServiceDomain) {
+		bad("service domain %q must be a DNS name, optionally with :port", c.ServiceDomain)
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			bad("public URL %q must be http(s)://host[:port]", c.PublicURL)
 		}
 	}
 	if c.MetricsAddr != "" {
@@ -579,4 +600,55 @@ func (c *Config) EgressPermitRules() ([]*egress.Rule, error) {
 		rules = append(rules, r)
 	}
 	return rules, nil
+}
+
+// validServiceDomain reports whether d is a DNS name of at least two
+// labels (letters, digits, hyphens; no wildcard), optionally with a
+// :port.
+func validServiceDomain(d string) bool {
+	host := d
+	if h, p, err := net.SplitHostPort(d); err == nil {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
+			return false
+		}
+		host = h
+	}
+	labels := strings.Split(host, ".")
+	if len(host) > 253 || len(labels) < 2 {
+		return false
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, c := range []byte(l) {
+			if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '-' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ServicePublicURL is the base of service URLs: PublicURL, or one derived
+// from TCPAddr and TLS (an unspecified host is 127.0.0.1); "" without TCP.
+func (c *Config) ServicePublicURL() string {
+	if c.PublicURL != "" {
+		return strings.TrimSuffix(c.PublicURL, "/")
+	}
+	if c.TCPAddr == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(c.TCPAddr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	scheme := "http"
+	if c.TLS() {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
 }

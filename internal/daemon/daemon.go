@@ -36,6 +36,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandboxfiles"
 	"github.com/agentbox/agentbox/internal/sandboxnet"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/serviceurl"
 	"github.com/agentbox/agentbox/internal/snapshot"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/templates"
@@ -89,6 +90,8 @@ type Daemon struct {
 	metrics http.Handler
 	// closing is set when Close starts: /readyz answers 503 from then on.
 	closing *atomic.Bool
+	// services serves service URLs on both listeners.
+	services *serviceurl.Exposures
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -217,6 +220,12 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			Keep:   cfg.ImplicitCheckpointsKeep,
 			MaxAge: time.Duration(cfg.ImplicitCheckpointsMaxAgeSeconds) * time.Second,
 		}})
+	// Service URLs: exposures survive restarts in the store; the
+	// gateway reaches sandboxes through the core (Provision).
+	svcURLs, err := openServiceURLs(ctx, cfg, st, log)
+	if err != nil {
+		return nil, err
+	}
 	var tmpl *templates.Manager // built by the Manager (NewTemplates): the cycle of templates and sandboxes
 	// The warm pools fill only when SetPools starts them, after recovery.
 	pools = warmpool.New(warmpool.Config{DataDir: cfg.DataDir, Logger: log})
@@ -250,8 +259,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// deleted sandbox's implicit checkpoints go after every other
 		// feature forgot it. The warm pools' sandboxes get every other
 		// extension's hooks when they are made.
+		// Service URLs after them: a deleted sandbox's exposures go
+		// with it, whatever order the others forget it in.
 		// The metrics last: they observe what the others did.
-		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, pools, mx},
+		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, svcURLs, pools, mx},
 		NewTemplates: func(runner *sandbox.StepRunner) (_ sandbox.Templates, err error) {
 			// Kept for the template service, built above the core below.
 			tmpl, err = templates.New(templates.Config{
@@ -299,20 +310,21 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(layerGC, log)
-	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, gc, st}
+	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, exposureAPI{svcURLs}, gc, st}
 	// Ready from here on (recovery is done) until Close starts.
 	closing := new(atomic.Bool)
 	handler := httpapi.New(svc, httpapi.Options{
-		Logger:  log,
-		Version: version.Version,
-		Metrics: mx.Handler(),
-		Ready:   readiness(closing),
-		MCP:     mcpserver.Handler(mcpService{svc}, log),
+		Logger:   log,
+		Version:  version.Version,
+		Metrics:  mx.Handler(),
+		Ready:    readiness(closing),
+		MCP:      mcpserver.Handler(mcpService{svc}, log),
+		Services: svcURLs,
 	})
 	// After Recover: every fork protects its base. Manager.Close stops it.
 	snaps.StartPruning(ctx)
 	undo.Release()
-	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, disks: dq, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc, metrics: mx.Handler(), closing: closing}, nil
+	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, disks: dq, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc, metrics: mx.Handler(), closing: closing, services: svcURLs}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).
@@ -345,6 +357,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			Metrics:      d.metrics,
 			Ready:        readiness(d.closing),
 			MCP:          mcpserver.Handler(mcpService{d.svc}, d.log),
+			Services:     d.services,
 		})
 		d.serveOn(tln, tcpHandler)
 		d.log.InfoContext(ctx, "agentbox daemon listening", "tcp", tln.Addr().String(), "tls", d.cfg.TLS())
@@ -438,7 +451,8 @@ type service struct {
 	*upgrade.Upgrades       // runner staging, listing and guest upgrade API
 	*pipelineAPI
 	*tenantAPI
-	gc *collector // background layer collections after deletes
+	exposureAPI            // service URLs API (serviceurl)
+	gc          *collector // background layer collections after deletes
 	// records is the metadata store, whose quarantine of corrupt records
 	// the admin API lists (admin.go).
 	records store.Quarantiner
@@ -453,4 +467,5 @@ var (
 	_ httpapi.MergeService      = service{} // snapshot
 	_ httpapi.CheckpointService = service{} // snapshot
 	_ httpapi.PoolService       = service{} // warmpool
+	_ httpapi.ExposureService   = service{} // serviceurl
 )
