@@ -191,6 +191,16 @@ class Client(Operations):
     def delete_secret(self, name: str) -> None:
         self._t.call("DELETE", "/secrets/" + quote(name))
 
+    # --- service URLs ------------------------------------------------
+
+    def exposures(self) -> List[Dict[str, Any]]:
+        """Every live exposure (service URL) of the caller, without tokens."""
+        return (self._t.call("GET", "/exposures") or {}).get("exposures") or []
+
+    def revoke_exposure(self, exposure_id: str) -> None:
+        """End an exposure: its token stops working at once."""
+        self._t.call("DELETE", "/exposures/" + quote(exposure_id))
+
     # --- tenants and keys (admin) ------------------------------------
 
     def tenants(self) -> List[Dict[str, Any]]:

@@ -532,6 +532,27 @@ class Sandbox:
         self._set(res.get("sandbox"))
         return res
 
+    # --- service URLs ------------------------------------------------
+
+    def expose(self, port: int, *, ttl: Optional[float] = None) -> Dict[str, Any]:
+        """Give port inside the sandbox an authenticated URL (a service URL).
+
+        Returns the exposure: send its "token" as the X-Agentbox-Token
+        header (or "Authorization: Bearer") to its "url", or open its
+        "browser_url" (good for 10 minutes, exchanged for a cookie). ttl is
+        in seconds (None: the daemon's default, 24 hours). A request wakes
+        a sleeping sandbox; deleting the sandbox or
+        Client.revoke_exposure ends the token.
+        """
+        req: Dict[str, Any] = {"port": int(port)}
+        if ttl is not None:
+            req["ttl_seconds"] = int(ttl)
+        return self._t.call("POST", self._path("/exposures"), json_body=req) or {}
+
+    def exposures(self) -> List[Dict[str, Any]]:
+        """This sandbox's live exposures (without tokens)."""
+        return (self._t.call("GET", "/exposures", query={"sandbox": self.id}) or {}).get("exposures") or []
+
     # --- network, events ----------------------------------------------
 
     def set_network(self, mode: str = "egress", *, allow: Optional[Sequence[str]] = None,

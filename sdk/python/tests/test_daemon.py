@@ -553,6 +553,36 @@ class TestOperations(DaemonTest):
         self.assertIn("removed_layers", admin.collect_garbage(0))
 
 
+class TestServiceURLs(DaemonTest):
+    def test_expose_fetch_revoke(self):
+        import urllib.error
+        import urllib.request
+        sb = self.sandbox()
+        sb.start("mkdir -p /www && echo hello-service > /www/index.html && exec httpd -f -p 8080 -h /www")
+        x = sb.expose(8080, ttl=600)
+        self.assertTrue(x["token"].startswith("abt1."))
+        self.assertTrue(x["url"].endswith(x["path"]))
+        req = urllib.request.Request(x["url"] + "index.html", headers={"X-Agentbox-Token": x["token"]})
+        body = b""
+        for _ in range(50):  # httpd may still be starting
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    body = r.read()
+                break
+            except urllib.error.HTTPError as e:
+                if e.code != 503:
+                    raise
+                time.sleep(0.1)
+        self.assertEqual(body, b"hello-service\n")
+        self.assertEqual([e["id"] for e in sb.exposures()], [x["id"]])
+        self.assertIn(x["id"], [e["id"] for e in self.client.exposures()])
+        self.assertNotIn("token", sb.exposures()[0])
+        self.client.revoke_exposure(x["id"])
+        with self.assertRaises(urllib.error.HTTPError) as cm:
+            urllib.request.urlopen(req, timeout=10)
+        self.assertEqual(cm.exception.code, 404)
+
+
 class TestAsync(unittest.TestCase):
     def test_async(self):
         asyncio.run(self._main())
