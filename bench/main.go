@@ -42,6 +42,7 @@ func mainErr() error {
 		core     = flag.Bool("core", true, "with -agentbox: measure create→first exec and the exec round trip")
 		egressB  = flag.Bool("egress", true, "measure the egress proxy (needs -agentbox's binary)")
 		poolB    = flag.Bool("pool", true, "measure warm-pool claims (needs -agentbox's binary)")
+		svcB     = flag.Bool("serviceurl", true, "measure the service URL proxy against the same request from inside (needs -agentbox's binary)")
 		scale    = flag.Bool("scale", false, "measure density (-scale-n paused sandboxes, minutes), wake, creates/s at concurrency 16 and noisy neighbours (needs -agentbox's binary)")
 		scaleN   = flag.Int("scale-n", 1000, "paused sandboxes for the density measurement")
 		parts    = flag.String("scale-parts", "noisy,rate,density", "which -scale measurements to run, comma-separated: noisy (exec next to CPU-burning neighbours), rate (creates/s at concurrency 16), density (memory per paused sandbox, resume and wake)")
@@ -94,6 +95,9 @@ func mainErr() error {
 		if *poolB {
 			results = append(results, measurePool(ctx, b, abin, *template, *buildTO)...)
 		}
+		if *svcB {
+			results = append(results, measureServiceURL(ctx, b, root, abin, *template, *buildTO)...)
+		}
 		if *scale {
 			r, l := measureScale(ctx, b, abin, *template, *buildTO, *scaleN, scaleParts(*parts))
 			results, extra = append(results, r...), append(extra, l...)
@@ -103,7 +107,7 @@ func mainErr() error {
 		return fmt.Errorf("interrupted: %w", err)
 	}
 
-	lines := append(append(append(evalRatios(results), egressTargets(results)...), poolTargets(results)...), extra...)
+	lines := append(append(append(evalRatios(results), egressTargets(results)...), poolTargets(results)...), append(serviceTargets(results), extra...)...)
 	printText(os.Stdout, results, lines)
 	if *write {
 		path := filepath.Join(root, *doc)

@@ -170,6 +170,7 @@ func markdown(m machine, n, warmup int, results []result, lines []ratioLine) str
 	b.WriteString(boundsText)
 	b.WriteString(methodText)
 	b.WriteString(egressMethodText)
+	b.WriteString(serviceMethodText)
 	return b.String()
 }
 

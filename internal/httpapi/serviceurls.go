@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/connlimit"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -38,19 +39,22 @@ type ServiceGateway interface {
 // serveService hands a service request to the gateway. It skips the
 // API's Host, Origin and API-key checks (a service is meant for browsers
 // and any client that holds its token; the token is the credential),
-// keeps the request id, log line and panic recovery, and applies the
-// listener's connection accounting and per-tenant rate to the token's
-// tenant. The API's own response headers are taken off: the service
+// keeps the request id, log line and panic recovery, and counts the
+// connection as authenticated once the token is good (not against the
+// API's request rate). The API's own response headers are taken off: the service
 // answers with its own.
 func (h *handler) serveService(w http.ResponseWriter, r *http.Request) error {
 	hdr := w.Header()
 	hdr.Del("Cache-Control")
 	hdr.Del("X-Content-Type-Options")
 	return h.opts.Services.ServeService(w, r, func(p tenant.Principal) error {
-		if !h.opts.RequireAuth {
-			return nil
-		}
-		return h.admitAuthenticated(r, p)
+		// The connection is an authenticated one from here on (its
+		// idle and count limits); the API's per-tenant request rate is
+		// not applied: a page served through a service URL fetches its
+		// assets in bursts, and the rate guards the API, not the
+		// tenant's own service.
+		connlimit.MarkAuthenticated(r.Context())
+		return nil
 	})
 }
 
