@@ -91,11 +91,11 @@ func newEnv(t *testing.T) *env {
 	e.port2 = other.Listener.Addr().(*net.TCPAddr).Port
 	e.gw = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !e.x.Match(r) {
-			http.Error(w, "api", 418)
+			http.Error(w, "api", http.StatusTeapot)
 			return
 		}
 		if err := e.x.ServeService(w, r, nil); err != nil {
-			http.Error(w, err.Error(), 404)
+			http.Error(w, err.Error(), http.StatusNotFound)
 		}
 	}))
 	t.Cleanup(e.gw.Close)
