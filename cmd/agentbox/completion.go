@@ -62,6 +62,8 @@ var completionArgs = map[string]argSpec{
 	"agentbox egress credential add": oneSandbox,
 	"agentbox egress credential ls":  oneSandbox,
 	"agentbox egress credential rm":  oneSandbox,
+	"agentbox expose":                oneSandbox,
+	"agentbox expose ls":             oneSandbox,
 }
 
 // completionTimeout bounds the daemon calls of one completion.
