@@ -295,6 +295,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, err
 	}
+	if err := svcURLs.Reconcile(ctx); err != nil {
+		log.Warn("forgetting the exposures of deleted sandboxes", "err", err)
+	}
 	if err := prepareDisks(ctx, dq, cfg); err != nil {
 		log.Warn("disks of the default limit are formatted at create", "err", err)
 	}

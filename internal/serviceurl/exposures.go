@@ -157,6 +157,29 @@ func (e *Exposures) deleteWhere(ctx context.Context, match func(store.ExposureRe
 	return first
 }
 
+// Reconcile deletes the exposures of sandboxes that no longer exist (a
+// sandbox deleted while the daemon was down, a record the store kept when
+// a delete hook's write failed). The daemon calls it once the Manager has
+// recovered its sandboxes.
+func (e *Exposures) Reconcile(ctx context.Context) error {
+	e.mu.Lock()
+	sandboxes := make(map[string]bool)
+	for _, r := range e.byID {
+		sandboxes[r.Sandbox] = true
+	}
+	e.mu.Unlock()
+	gone := make(map[string]bool)
+	for id := range sandboxes {
+		if _, err := e.core.Handle(tenant.WithPrincipal(ctx, tenant.Admin), id); errdefs.IsNotFound(err) {
+			gone[id] = true
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	return e.deleteWhere(ctx, func(r store.ExposureRecord) bool { return gone[r.Sandbox] })
+}
+
 // Expose makes port of sandbox id reachable (as the caller of ctx sees the
 // sandbox: another tenant's is not found) for ttl (0: the default) and
 // returns the exposure with its token and URLs.

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
 	"github.com/agentbox/agentbox/internal/serviceurl"
+	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -350,5 +351,46 @@ func TestGatewayStreamsWebSocketsAndWakes(t *testing.T) {
 	got, err := e.M.GetSandbox(ctx, sb.ID)
 	if err != nil || got.State != api.StateRunning {
 		t.Fatalf("after the request the sandbox is %q, %v", got.State, err)
+	}
+}
+
+// Exposures outlive a restart (they are stored), and those of sandboxes
+// that are gone are forgotten by Reconcile.
+func TestExposuresSurviveRestartAndReconcile(t *testing.T) {
+	e := newEnv(t)
+	ctx := sandboxtest.Context(t)
+	sb := e.Create(api.CreateSandboxRequest{})
+	x, err := e.x.Expose(ctx, sb.ID, api.ExposeRequest{Port: e.port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := store.ExposureRecord{ID: serviceurl.NewExposureID(), Sandbox: "zzzzzzzzzzzz", Port: 80, Tenant: "admin", CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}
+	expired := store.ExposureRecord{ID: serviceurl.NewExposureID(), Sandbox: sb.ID, Port: 81, Tenant: "admin", CreatedAt: time.Now(), ExpiresAt: time.Now().Add(-time.Second)}
+	for _, r := range []store.ExposureRecord{stale, expired} {
+		if err := e.Store.PutExposure(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signer, _ := serviceurl.NewSigner(bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{8}, 32))
+	x2, err := serviceurl.New(ctx, serviceurl.Config{Store: e.Store, Signer: signer, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x2.Provision(e.M); err != nil {
+		t.Fatal(err)
+	}
+	if err := x2.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := e.Store.ListExposures(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].ID != x.ID {
+		t.Fatalf("stored after the restart: %+v, want only %s", recs, x.ID)
+	}
+	l, err := x2.ListExposures(ctx, "")
+	if err != nil || len(l) != 1 || l[0].ID != x.ID {
+		t.Fatalf("listed after the restart: %+v, %v", l, err)
 	}
 }
