@@ -329,3 +329,41 @@ func mustList(t *testing.T, c *agentbox.Client) []agentbox.Exposure {
 	}
 	return l
 }
+
+// The CLI: expose prints the URL and token, ls lists, rm revokes; a port
+// is taken in its canonical spelling only.
+func TestServiceURLsCLI(t *testing.T) {
+	e := newSvcEnv(t)
+	sb := e.d.create(t, agentbox.SandboxSpec{})
+	startService(t, sb, 8080)
+	out, errOut, code := e.d.cli(t, "--json", "expose", sb.ID(), "8080", "--ttl", "5m")
+	if code != 0 {
+		t.Fatalf("expose: %d %s", code, errOut)
+	}
+	var x api.Exposure
+	if err := json.Unmarshal([]byte(out), &x); err != nil || x.Token == "" || x.Port != 8080 || time.Until(x.ExpiresAt) > 5*time.Minute {
+		t.Fatalf("expose printed %q: %v", out, err)
+	}
+	if code, _, body := e.get(t, e.base+x.Path+"hello", "", map[string]string{api.ServiceTokenHeader: x.Token}); code != 200 || body != "hello from inside\n" {
+		t.Fatalf("GET: %d %q", code, body)
+	}
+	out, _, code = e.d.cli(t, "expose", sb.ID(), "8080")
+	if code != 0 || !strings.Contains(out, "TOKEN") || !strings.Contains(out, "BROWSER") {
+		t.Fatalf("expose (text): %d %q", code, out)
+	}
+	for _, bad := range []string{"080", "+8080", "0x1f90", "65536", "0"} {
+		if _, _, code := e.d.cli(t, "expose", sb.ID(), bad); code == 0 {
+			t.Errorf("expose accepted port %q", bad)
+		}
+	}
+	out, _, code = e.d.cli(t, "expose", "ls", sb.ID())
+	if code != 0 || !strings.Contains(out, x.ID) || strings.Contains(out, x.Token) {
+		t.Fatalf("expose ls: %d %q", code, out)
+	}
+	if _, errOut, code := e.d.cli(t, "expose", "rm", x.ID); code != 0 {
+		t.Fatalf("expose rm: %d %s", code, errOut)
+	}
+	if code, _, _ := e.get(t, e.base+x.Path+"hello", "", map[string]string{api.ServiceTokenHeader: x.Token}); code != http.StatusNotFound {
+		t.Fatalf("GET after expose rm: %d", code)
+	}
+}
