@@ -210,6 +210,11 @@ func TestServiceURLs(t *testing.T) {
 	if _, err := other.Sandbox(sb.ID()).Expose(ctx, 8080, time.Minute); !agentbox.IsNotFound(err) {
 		t.Fatalf("another tenant exposed acme's sandbox: %v", err)
 	}
+	for _, p := range []int{3128, 3129} { // the egress proxy and the API bridge
+		if _, err := sb.Expose(ctx, p, time.Minute); !agentbox.IsInvalidArgument(err) {
+			t.Fatalf("exposing the platform's port %d: %v", p, err)
+		}
+	}
 	xShort, err := sb.Expose(ctx, 8080, time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -222,7 +222,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		}})
 	// Service URLs: exposures survive restarts in the store; the
 	// gateway reaches sandboxes through the core (Provision).
-	svcURLs, err := openServiceURLs(ctx, cfg, st, log)
+	svcURLs, err := openServiceURLs(ctx, cfg, st, tun, log)
 	if err != nil {
 		return nil, err
 	}

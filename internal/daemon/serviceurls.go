@@ -9,12 +9,15 @@ import (
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/serviceurl"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tunnel"
 )
 
 // openServiceURLs builds the service URL feature (internal/serviceurl):
 // its tokens are keyed by keys derived from the master key (outside the
 // data dir), its exposures kept in the metadata store.
-func openServiceURLs(ctx context.Context, cfg *config.Config, st store.ExposureStore, log *slog.Logger) (*serviceurl.Exposures, error) {
+// Ports the tunnel routes (the API bridge, the egress proxy) are never
+// exposed.
+func openServiceURLs(ctx context.Context, cfg *config.Config, st store.ExposureStore, tun *tunnel.Tunnels, log *slog.Logger) (*serviceurl.Exposures, error) {
 	key, err := secrets.LoadOrCreateKey(cfg.SecretsKeyFile)
 	if err != nil {
 		return nil, err
@@ -28,6 +31,7 @@ func openServiceURLs(ctx context.Context, cfg *config.Config, st store.ExposureS
 		Signer:    signer,
 		Domain:    cfg.ServiceDomain,
 		PublicURL: cfg.ServicePublicURL(),
+		Reserved:  tun.Routed,
 		Logger:    log,
 	})
 }

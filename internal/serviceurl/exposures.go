@@ -47,6 +47,11 @@ type Config struct {
 	// returns ("" with no Domain: the API returns paths only). With a
 	// Domain, its scheme is the scheme of host-based URLs.
 	PublicURL string
+	// Reserved, when set, reports the ports inside a sandbox that are the
+	// platform's (the tunnel's: the API bridge, the egress proxy): they
+	// are never exposed, since a service URL would hand whoever holds it
+	// what only the sandbox's own programs may use.
+	Reserved func(port int) bool
 	// Logger is required.
 	Logger *slog.Logger
 	// Now is the clock (time.Now when nil).
@@ -187,6 +192,9 @@ func (e *Exposures) Expose(ctx context.Context, id string, req api.ExposeRequest
 	if req.Port < 1 || req.Port > 65535 {
 		return api.Exposure{}, fmt.Errorf("port %d is out of range 1..65535: %w", req.Port, errdefs.ErrInvalidArgument)
 	}
+	if e.reserved(req.Port) {
+		return api.Exposure{}, fmt.Errorf("port %d inside a sandbox is the platform's own (the API bridge or the egress proxy) and cannot be exposed: %w", req.Port, errdefs.ErrInvalidArgument)
+	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second
 	switch {
 	case req.TTLSeconds < 0 || ttl > api.MaxExposeTTL:
@@ -303,6 +311,10 @@ func (e *Exposures) view(rec store.ExposureRecord) api.Exposure {
 		x.URL = base + x.Path
 	}
 	return x
+}
+
+func (e *Exposures) reserved(port int) bool {
+	return e.cfg.Reserved != nil && e.cfg.Reserved(port)
 }
 
 // lookup returns the live record of exposure id.

@@ -74,6 +74,9 @@ func (e *Exposures) ServeService(w http.ResponseWriter, r *http.Request, admit f
 	if rec.Sandbox != t.Sandbox || rec.Port != t.Port {
 		return e.refuse(r, errors.New("token of another service"))
 	}
+	if e.reserved(t.Port) {
+		return e.refuse(r, errors.New("a platform port"))
+	}
 	principal := tenant.Principal{Tenant: tenant.Owner(rec.Tenant), Scope: api.ScopeFull}
 	if admit != nil {
 		if err := admit(principal); err != nil {

@@ -61,7 +61,8 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{clk: &clock{now: time.Now()}}
 	e.Env = sandboxtest.New(t, func(se *sandboxtest.Env, c *sandbox.Config) {
-		x, err := serviceurl.New(context.Background(), serviceurl.Config{Store: se.Store, Signer: signer, Domain: domain, PublicURL: "http://gw.test", Logger: slog.New(slog.DiscardHandler), Now: e.clk.Now})
+		x, err := serviceurl.New(context.Background(), serviceurl.Config{Store: se.Store, Signer: signer, Domain: domain, PublicURL: "http://gw.test", Logger: slog.New(slog.DiscardHandler), Now: e.clk.Now,
+			Reserved: func(p int) bool { return p == 3129 }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,6 +219,9 @@ func TestGatewayAdmitsTheTokenAndNothingElse(t *testing.T) {
 	}
 	if _, err := e.x.Expose(asTenant(ctx, "other"), sb.ID, api.ExposeRequest{Port: 80}); err == nil {
 		t.Fatal("another tenant exposed a port of the admin's sandbox")
+	}
+	if _, err := e.x.Expose(ctx, sb.ID, api.ExposeRequest{Port: 3129}); err == nil {
+		t.Fatal("a platform port was exposed")
 	}
 	if l, err := e.x.ListExposures(ctx, sb.ID); err != nil || len(l) != 1 || l[0].Token != "" || l[0].ID != x.ID {
 		t.Fatalf("list %+v, %v", l, err)

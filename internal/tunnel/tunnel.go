@@ -135,6 +135,16 @@ func (m *Tunnels) HandlePortIf(port int, enabled func(api.Sandbox) bool, h Handl
 	m.routes[port] = tunnelRoute{handler: h, enabled: enabled}
 }
 
+// Routed reports whether port has a route: inside a sandbox it belongs
+// to the platform (the API bridge, the egress proxy), not to the
+// sandbox's own programs.
+func (m *Tunnels) Routed(port int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.routes[port]
+	return ok
+}
+
 // tunnelPorts returns the ports to tunnel for h, sorted.
 func (m *Tunnels) tunnelPorts(h *sandbox.Handle) []int {
 	sb := h.Sandbox()
