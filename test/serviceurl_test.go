@@ -306,6 +306,19 @@ func TestServiceURLs(t *testing.T) {
 		t.Fatalf("after the request the sandbox is %q, %v", sb.Info().State, err)
 	}
 
+	// A hibernated one too: it starts again (its processes did not
+	// survive hibernation, so nothing listens: 503, not the refusal).
+	if err := sb.Hibernate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := e.get(t, pathURL+"hello", "", tok); code != http.StatusServiceUnavailable {
+		t.Fatalf("request to the hibernated sandbox: %d, want 503 (woken, no server)", code)
+	}
+	if err := sb.Refresh(ctx); err != nil || sb.Info().State != api.StateRunning {
+		t.Fatalf("after the request the hibernated sandbox is %q, %v", sb.Info().State, err)
+	}
+	startService(t, sb, 8080)
+
 	// Tokens survive a daemon restart.
 	e.d.restart(syscall.SIGTERM)
 	if code, _, body := e.get(t, pathURL+"hello", "", tok); code != 200 || body != "hello from inside\n" {
