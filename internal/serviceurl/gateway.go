@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -182,6 +181,6 @@ func stripCredentials(r *http.Request) {
 
 // refuse logs why r was refused and returns the uniform refusal.
 func (e *Exposures) refuse(r *http.Request, why error) error {
-	e.log.DebugContext(r.Context(), "service request refused", "host", r.Host, "path", r.URL.Path, "why", why, "at", time.Now())
+	e.log.DebugContext(r.Context(), "service request refused", "host", r.Host, "path", r.URL.Path, "why", why)
 	return errNoService
 }

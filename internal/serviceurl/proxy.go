@@ -75,12 +75,11 @@ type stateKey struct{}
 
 // reqState is one request's: the guest to dial, where to, what failed.
 type reqState struct {
-	guest   *client.Client
-	target  Target
-	path    string // escaped path the service sees
-	prefix  string // X-Forwarded-Prefix, path-based only
-	err     error
-	started time.Time
+	guest  *client.Client
+	target Target
+	path   string // escaped path the service sees
+	prefix string // X-Forwarded-Prefix, path-based only
+	err    error
 }
 
 // Request says where Serve sends a request.
@@ -118,7 +117,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, req Request) error
 	if path == "" {
 		path = r.URL.EscapedPath()
 	}
-	st := &reqState{guest: g, target: req.Target, path: path, prefix: req.Prefix, started: time.Now()}
+	st := &reqState{guest: g, target: req.Target, path: path, prefix: req.Prefix}
 	r = r.WithContext(context.WithValue(ctx, stateKey{}, st))
 	p.rp.ServeHTTP(w, r)
 	if st.err != nil {
