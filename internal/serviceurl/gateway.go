@@ -55,7 +55,13 @@ func (e *Exposures) ServeService(w http.ResponseWriter, r *http.Request, admit f
 		return e.refuse(r, err)
 	}
 	now := e.cfg.Now()
-	cred, fromLink := e.credential(r)
+	// Path-based addresses share one origin (the daemon's): a page of one
+	// service could fetch another's with the browser's cookies. With a
+	// service domain, where each service is an origin of its own, the
+	// browser's credentials (link, cookie) are taken on host-based
+	// addresses only.
+	browser := hostBased || e.cfg.Domain == ""
+	cred, fromLink := e.credential(r, browser)
 	if cred == "" {
 		return e.refuse(r, errors.New("no token"))
 	}
@@ -126,9 +132,9 @@ func (e *Exposures) target(r *http.Request) (t Target, hostBased bool, rest stri
 
 // credential returns the token or link parameter r presents, in this
 // order: the link parameter, the header, a bearer token of ours, the
-// cookie.
-func (e *Exposures) credential(r *http.Request) (cred string, link bool) {
-	if r.URL.RawQuery != "" {
+// cookie; the link and the cookie only when browser is set.
+func (e *Exposures) credential(r *http.Request, browser bool) (cred string, link bool) {
+	if browser && r.URL.RawQuery != "" {
 		if v := r.URL.Query()[api.ServiceTokenParam]; len(v) > 0 {
 			if len(v) > 1 {
 				return "", false
@@ -145,7 +151,7 @@ func (e *Exposures) credential(r *http.Request) (cred string, link bool) {
 	if b, ok := ourBearer(r); ok {
 		return b, false
 	}
-	if c, err := r.Cookie(api.ServiceCookie); err == nil {
+	if c, err := r.Cookie(api.ServiceCookie); err == nil && browser {
 		return c.Value, false
 	}
 	return "", false

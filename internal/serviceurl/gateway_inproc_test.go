@@ -53,7 +53,10 @@ type env struct {
 
 const domain = "sb.test"
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { t.Helper(); return newEnvDomain(t, domain) }
+
+// newEnvDomain is newEnv with the service domain dom ("": path-based only).
+func newEnvDomain(t *testing.T, dom string) *env {
 	t.Helper()
 	signer, err := serviceurl.NewSigner(bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{8}, 32))
 	if err != nil {
@@ -61,7 +64,7 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{clk: &clock{now: time.Now()}}
 	e.Env = sandboxtest.New(t, func(se *sandboxtest.Env, c *sandbox.Config) {
-		x, err := serviceurl.New(context.Background(), serviceurl.Config{Store: se.Store, Signer: signer, Domain: domain, PublicURL: "http://gw.test", Logger: slog.New(slog.DiscardHandler), Now: e.clk.Now,
+		x, err := serviceurl.New(context.Background(), serviceurl.Config{Store: se.Store, Signer: signer, Domain: dom, PublicURL: "http://gw.test", Logger: slog.New(slog.DiscardHandler), Now: e.clk.Now,
 			Reserved: func(p int) bool { return p == 3129 }})
 		if err != nil {
 			t.Fatal(err)
@@ -294,10 +297,19 @@ func TestGatewayBrowserLink(t *testing.T) {
 	if b := body(t, r); r.StatusCode != 200 || b != "path=/echo query=keep=1" || r.Header.Get("X-Seen-Cookie") != "app=1" {
 		t.Fatalf("with the cookie: %d %q, the service saw cookies %q", r.StatusCode, b, r.Header.Get("X-Seen-Cookie"))
 	}
-	// Path-based: the cookie is scoped to the service's path.
+	// Path-based addresses share the daemon's origin: with a service
+	// domain, neither the link nor the cookie is taken there (a page of
+	// another service could use them); the header still is.
 	r = e.get(t, "", x.Path+"echo?"+api.ServiceTokenParam+"="+url.QueryEscape(link), nil)
-	if c := r.Cookies(); r.StatusCode != http.StatusSeeOther || len(c) != 1 || c[0].Path != x.Path {
-		t.Fatalf("path-based link: %d %+v", r.StatusCode, c)
+	if r.StatusCode != http.StatusNotFound || len(r.Cookies()) != 0 {
+		t.Fatalf("path-based link with a service domain: %d %+v", r.StatusCode, r.Cookies())
+	}
+	r = e.get(t, "", x.Path+"echo", map[string]string{"Cookie": api.ServiceCookie + "=" + cookies[0].Value})
+	if r.StatusCode != http.StatusNotFound {
+		t.Fatalf("path-based cookie with a service domain: %d", r.StatusCode)
+	}
+	if r := e.get(t, "", x.Path+"echo", map[string]string{api.ServiceTokenHeader: x.Token}); r.StatusCode != 200 {
+		t.Fatalf("path-based header: %d", r.StatusCode)
 	}
 	// An expired link is refused.
 	e.clk.add(api.ServiceLinkTTL + time.Second)
@@ -396,5 +408,29 @@ func TestExposuresSurviveRestartAndReconcile(t *testing.T) {
 	l, err := x2.ListExposures(ctx, "")
 	if err != nil || len(l) != 1 || l[0].ID != x.ID {
 		t.Fatalf("listed after the restart: %+v, %v", l, err)
+	}
+}
+
+// Without a service domain the path-based address is the browser's too:
+// the link becomes a cookie scoped to the service's path.
+func TestGatewayBrowserLinkPathBased(t *testing.T) {
+	e := newEnvDomain(t, "")
+	ctx := sandboxtest.Context(t)
+	sb := e.Create(api.CreateSandboxRequest{})
+	x, err := e.x.Expose(ctx, sb.ID, api.ExposeRequest{Port: e.port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.URL != "http://gw.test"+x.Path {
+		t.Fatalf("URL %q", x.URL)
+	}
+	r := e.get(t, "", x.Path+"echo?"+api.ServiceTokenParam+"="+url.QueryEscape(mustQuery(t, x.BrowserURL)), nil)
+	c := r.Cookies()
+	if r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != x.Path+"echo" || len(c) != 1 || c[0].Path != x.Path {
+		t.Fatalf("path-based link: %d to %q, cookies %+v", r.StatusCode, r.Header.Get("Location"), c)
+	}
+	r = e.get(t, "", x.Path+"echo", map[string]string{"Cookie": api.ServiceCookie + "=" + c[0].Value})
+	if b := body(t, r); r.StatusCode != 200 || b != "path=/echo query=" {
+		t.Fatalf("with the cookie: %d %q", r.StatusCode, b)
 	}
 }
