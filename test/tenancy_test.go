@@ -76,8 +76,8 @@ func rawCall(t *testing.T, base, key, method, target string, body []byte) (int, 
 
 // tenantObjects are tenant A's objects, which tenant B must not reach.
 type tenantObjects struct {
-	sandbox, sandbox2, checkpoint, template, secret, schedule, hook, run, tenant, key string
-	pid                                                                               int
+	sandbox, sandbox2, checkpoint, template, secret, schedule, hook, run, tenant, key, exposure string
+	pid                                                                                         int
 }
 
 // TestTenantIsolationEveryEndpoint replays every route of the API (read
@@ -137,15 +137,20 @@ func TestTenantIsolationEveryEndpoint(t *testing.T) {
 	if err != nil || len(runs) == 0 {
 		t.Fatalf("A's runs: %v %v", runs, err)
 	}
+	exp, err := sbA.Expose(ctx, 8080, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	objA := tenantObjects{
 		sandbox: sbA.ID(), sandbox2: sbA2.ID(), checkpoint: ck.ID, template: "tpl-a", secret: "tok",
 		schedule: sch.ID, hook: hook.ID, run: runs[0].ID, tenant: "tenant-a", key: keyA.ID, pid: proc.Pid(),
+		exposure: exp.ID,
 	}
 	// Ids of the same shapes that name nothing.
 	unknown := tenantObjects{
 		sandbox: "zz" + randHex(5)[:10], sandbox2: "zy" + randHex(5)[:10], checkpoint: "zx" + randHex(5)[:10], template: "tpl-none",
 		secret: "none", schedule: "sch_" + randHex(8), hook: "hook_" + randHex(8), run: "run_" + randHex(10),
-		tenant: "tenant-none", key: "zzzzzzzzzzzzzzzz", pid: proc.Pid(),
+		tenant: "tenant-none", key: "zzzzzzzzzzzzzzzz", pid: proc.Pid(), exposure: "zzzzzzzz" + randHex(4),
 	}
 	// B owns a sandbox too, to aim cross-tenant body ids from.
 	sbB, err := b.Create(ctx, agentbox.SandboxSpec{Template: "busybox"})
@@ -217,13 +222,13 @@ func TestTenantIsolationEveryEndpoint(t *testing.T) {
 	t.Logf("replayed %d routes with tenant B's key", tested)
 
 	// Lists show B nothing of A's.
-	for _, target := range []string{"/v1/sandboxes", "/v1/checkpoints", "/v1/templates", "/v1/secrets", "/v1/schedules", "/v1/hooks", "/v1/runs", "/v1/usage", "/v1/usage/export", "/v1/keys", "/v1/tenants/tenant-b"} {
+	for _, target := range []string{"/v1/sandboxes", "/v1/checkpoints", "/v1/templates", "/v1/secrets", "/v1/schedules", "/v1/hooks", "/v1/runs", "/v1/usage", "/v1/usage/export", "/v1/keys", "/v1/tenants/tenant-b", "/v1/exposures"} {
 		st, _, body := rawCall(t, base, keyB.Key, "GET", target, nil)
 		if st != 200 {
 			t.Errorf("GET %s as B: %d %s", target, st, body)
 			continue
 		}
-		for _, id := range []string{objA.sandbox, objA.sandbox2, objA.checkpoint, objA.template, objA.schedule, objA.hook, objA.run, objA.key, "tenant-a"} {
+		for _, id := range []string{objA.sandbox, objA.sandbox2, objA.checkpoint, objA.template, objA.schedule, objA.hook, objA.run, objA.key, objA.exposure, "tenant-a"} {
 			if bytes.Contains(body, []byte(id)) {
 				t.Errorf("GET %s as B shows A's %s: %s", target, id, body)
 			}
@@ -263,7 +268,7 @@ func TestTenantIsolationEveryEndpoint(t *testing.T) {
 
 // queryRoutes are routes without path parameters that name objects in
 // their query; they are replayed like routes with ids.
-var queryRoutes = map[string]bool{"GET /v1/diff": true}
+var queryRoutes = map[string]bool{"GET /v1/diff": true, "GET /v1/exposures": true}
 
 // adminOnlyRoutes answer 403 to every tenant, whatever the ids.
 var adminOnlyRoutes = map[string]bool{
@@ -288,7 +293,7 @@ func fillRoute(method, path string, o tenantObjects, own string) (string, []byte
 	}
 	for k, v := range map[string]string{
 		"{id}": o.sandbox, "{cid}": o.checkpoint, "{pid}": strconv.Itoa(o.pid), "{name}": name,
-		"{sid}": sid, "{run}": o.run, "{tenant}": o.tenant, "{key}": o.key,
+		"{sid}": sid, "{run}": o.run, "{tenant}": o.tenant, "{key}": o.key, "{exposure}": o.exposure,
 	} {
 		target = strings.ReplaceAll(target, k, v)
 	}
@@ -329,6 +334,10 @@ func fillRoute(method, path string, o tenantObjects, own string) (string, []byte
 		body = []byte("b's own value")
 	case "PATCH /v1/tenants/{tenant}":
 		body = []byte(`{"quotas":{"max_sandboxes":1}}`)
+	case "POST /v1/sandboxes/{id}/exposures":
+		body = []byte(`{"port":8080}`)
+	case "GET /v1/exposures":
+		target += "?sandbox=" + o.sandbox
 	case "PUT /v1/templates/{name}/pool":
 		body = []byte(`{"size":1}`)
 	case "POST /v1/hooks/{sid}":
@@ -348,7 +357,7 @@ func normalizeError(body []byte, o tenantObjects) string {
 	for _, r := range []struct{ id, ph string }{
 		{o.sandbox2, "<SANDBOX2>"}, {o.sandbox, "<SANDBOX>"}, {o.checkpoint, "<CHECKPOINT>"}, {o.schedule, "<SCHEDULE>"},
 		{o.hook, "<HOOK>"}, {o.run, "<RUN>"}, {o.tenant, "<TENANT>"}, {o.key, "<KEY>"}, {o.template, "<TEMPLATE>"},
-		{`secret ` + o.secret + `:`, "secret <SECRET>:"},
+		{`secret ` + o.secret + `:`, "secret <SECRET>:"}, {`exposure ` + o.exposure + `:`, "exposure <EXPOSURE>:"},
 	} {
 		s = strings.ReplaceAll(s, r.id, r.ph)
 	}
@@ -402,6 +411,8 @@ func snapshotTenant(t *testing.T, d *daemon, o tenantObjects) string {
 	add("hook %d %s", st, body)
 	st, body = d.rawRequest(t, "GET", "/v1/templates/tenant-a~"+o.template+"/versions", nil)
 	add("template %d %s", st, body)
+	st, body = d.rawRequest(t, "GET", "/v1/exposures?sandbox="+o.sandbox, nil)
+	add("exposures %d %s", st, body)
 	st, body = d.rawRequest(t, "GET", "/v1/keys", nil)
 	add("keys %d", st)
 	var keys api.APIKeyList
