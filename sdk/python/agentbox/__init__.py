@@ -18,7 +18,7 @@ from .errors import (REASON_COMMAND_NOT_EXECUTABLE, REASON_COMMAND_NOT_FOUND, Ag
                      InternalError, InvalidArgument, MergeConflict, NotFound,
                      NotImplementedByDaemon, PermissionDenied, QuotaExceeded, StreamTruncated,
                      TooLarge, TransportError, Unauthorized, Unavailable)
-from .ops import sign_hook
+from ._api import sign_hook
 from .sandbox import Process, Result, Sandbox, Secret
 
 __version__ = "0.1.0"
