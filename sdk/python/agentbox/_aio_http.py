@@ -43,6 +43,14 @@ class _Protocol(Exception):
     """The daemon's answer is not HTTP/1.1 as this client reads it."""
 
 
+def _settle(task: "asyncio.Future[None]") -> None:
+    """Stop task, or take its exception so it is not reported as lost."""
+    if not task.done():
+        task.cancel()
+    elif not task.cancelled():
+        task.exception()
+
+
 class AsyncTransport:
     """Sends API calls to one daemon on asyncio. Safe for concurrent use
     by any number of tasks (of one event loop at a time)."""
@@ -81,52 +89,60 @@ class AsyncTransport:
         except _NET_ERRORS as e:
             raise errors.TransportError(self.host, p.op, e) from e
         resp: Optional[AsyncResponse] = None
+        sending: Optional["asyncio.Future[None]"] = None
         try:
-            sent_err = await self._write(writer, p)
+            # The body goes out while the answer is awaited: the daemon may
+            # answer (say 401) without reading a streamed body, and close.
+            self._write_head(writer, p)
+            sending = asyncio.ensure_future(self._write_body(writer, p))
             try:
                 resp = await self._head(reader, writer, p)
             except (_Protocol,) + _NET_ERRORS as e:
-                cause = sent_err or e
+                cause: BaseException = e
+                if sending.done() and not sending.cancelled() and sending.exception() is not None:
+                    cause = sending.exception()  # type: ignore[assignment]
                 raise errors.TransportError(self.host, p.op, cause) from cause
             if not 200 <= resp.status <= 299:
+                _settle(sending)
                 try:
                     raw = await resp.read(MAX_ERROR_BODY)
                 except errors.TransportError:
                     raw = b""
                 raise errors.error_from_response(resp.status, resp.headers, raw)
+            try:
+                await sending
+            except _NET_ERRORS as e:
+                raise errors.TransportError(self.host, p.op, e) from e
             return resp
         except BaseException:
             # Any failure, and cancellation, drops the connection at once.
+            if sending is not None:
+                _settle(sending)
             if resp is not None:
                 resp.abort()
             else:
                 writer.transport.abort()
             raise
 
-    async def _write(self, writer: asyncio.StreamWriter, p: Prepared) -> Optional[BaseException]:
-        """Send the request; an error while sending the body is returned,
-        not raised, so that the daemon's answer (say a 401 that did not
-        wait for the body) is still read."""
+    def _write_head(self, writer: asyncio.StreamWriter, p: Prepared) -> None:
         head = ["%s %s HTTP/1.1" % (p.method, p.target), "Host: " + self.ep.netloc, "Connection: close"]
         head += ["%s: %s" % kv for kv in p.headers.items()]
-        try:
-            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-            if p.body is None:
-                pass
-            elif not p.chunked:
-                writer.write(p.body)  # type: ignore[arg-type]
-            elif hasattr(p.body, "__aiter__"):
-                async for chunk in p.body:  # type: ignore[union-attr]
-                    await self._chunk(writer, chunk)
-            else:
-                for chunk in p.body:  # type: ignore[union-attr]
-                    await self._chunk(writer, chunk)
-            if p.chunked:
-                writer.write(b"0\r\n\r\n")
-            await self._wait(writer.drain())
-        except _NET_ERRORS as e:
-            return e
-        return None
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+
+    async def _write_body(self, writer: asyncio.StreamWriter, p: Prepared) -> None:
+        if p.body is None:
+            pass
+        elif not p.chunked:
+            writer.write(p.body)  # type: ignore[arg-type]
+        elif hasattr(p.body, "__aiter__"):
+            async for chunk in p.body:  # type: ignore[union-attr]
+                await self._chunk(writer, chunk)
+        else:
+            for chunk in p.body:  # type: ignore[union-attr]
+                await self._chunk(writer, chunk)
+        if p.chunked:
+            writer.write(b"0\r\n\r\n")
+        await self._wait(writer.drain())
 
     async def _chunk(self, writer: asyncio.StreamWriter, chunk: bytes) -> None:
         if chunk:

@@ -163,7 +163,7 @@ class TestAsyncClient(AsyncDaemonTest):
             await agentbox.AsyncClient(api_key="wrong").create(TEMPLATE)
         # A streamed upload refused before its body is read is still a 401.
         with self.assertRaises(agentbox.Unauthorized):
-            await agentbox.AsyncClient(api_key=key).stage_runner(io.BytesIO(os.urandom(1 << 20)))
+            await agentbox.AsyncClient(api_key=key).stage_runner(io.BytesIO(os.urandom(16 << 20)))
 
     async def test_quota_is_429_with_retry_after(self):
         key = env("AGENTBOX_TEST_QUOTA_KEY")
