@@ -198,6 +198,20 @@ class TestClient(DaemonTest):
         with c.sandbox(template=TEMPLATE) as sb:
             self.assertEqual(sb.run("echo unix").stdout, "unix\n")
 
+    def test_tls(self):
+        host, ca = os.environ.get("AGENTBOX_TEST_TLS_HOST"), os.environ.get("AGENTBOX_TEST_TLS_CA")
+        if not host or not ca:
+            self.skipTest("AGENTBOX_TEST_TLS_HOST not set")
+        c = agentbox.Client(host, ca_cert=ca)
+        self.assertTrue(c.health())
+        out = []
+        with c.sandbox(template=TEMPLATE) as sb:
+            self.assertEqual(sb.run("echo tls", on_stdout=out.append).stdout, "tls\n")
+        self.assertEqual(out, ["tls\n"])
+        with self.assertRaises(agentbox.TransportError) as cm:
+            agentbox.Client(host).health()  # the test CA is not in the system roots
+        self.assertIn("CERTIFICATE", str(cm.exception).upper())
+
 
 class TestExec(DaemonTest):
     def setUp(self):

@@ -210,6 +210,23 @@ class TestAsyncClient(AsyncDaemonTest):
         async with admin.sandbox(template=TEMPLATE) as sb:
             self.assertEqual((await sb.run("echo unix")).stdout, "unix\n")
 
+    async def test_tls(self):
+        host, ca = env("AGENTBOX_TEST_TLS_HOST"), env("AGENTBOX_TEST_TLS_CA")
+        if not host or not ca:
+            self.skipTest("AGENTBOX_TEST_TLS_HOST not set")
+        c = agentbox.AsyncClient(host, ca_cert=ca)
+        self.assertTrue(await c.health())
+        out = []
+        async with c.sandbox(template=TEMPLATE) as sb:
+            self.assertEqual((await sb.run("echo tls", on_stdout=out.append)).stdout, "tls\n")
+            big = os.urandom(1 << 20)
+            await sb.write_file("/root/big", (big[i:i + 4096] for i in range(0, len(big), 4096)))
+            self.assertEqual(await sb.read_file("/root/big"), big)
+        self.assertEqual(out, ["tls\n"])
+        with self.assertRaises(agentbox.TransportError) as cm:
+            await agentbox.AsyncClient(host).health()  # the test CA is not in the system roots
+        self.assertIn("CERTIFICATE", str(cm.exception).upper())
+
 
 class TestAsyncExec(AsyncDaemonTest):
     async def asyncSetUp(self):
