@@ -18,6 +18,7 @@ when the body raised or was cancelled.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Union
 
@@ -43,7 +44,16 @@ class _Creating(Awaitable[AsyncSandbox]):
         return self._create().__await__()
 
     async def __aenter__(self) -> AsyncSandbox:
-        self._sb = await self._create()
+        # Cancelled while the daemon creates it, the sandbox would be made
+        # with no one to delete it: wait for the answer, delete, re-raise.
+        task = asyncio.ensure_future(self._create())
+        try:
+            self._sb = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait([task])
+            if not task.cancelled() and task.exception() is None:
+                await task.result().__aexit__(None, None, None)
+            raise
         return self._sb
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -118,6 +118,21 @@ class TestAsyncClient(AsyncDaemonTest):
         with self.assertRaises(agentbox.NotFound):
             await self.client.get(ids[0])
 
+    async def test_async_with_cancelled_while_creating(self):
+        # Cancelled at any point of its creation, async with leaves no
+        # sandbox behind.
+        label = uniq("cancel")
+        for delay in (0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1):
+            async def body():
+                async with self.client.sandbox(template=TEMPLATE, labels={"t": label}):
+                    await asyncio.sleep(600)
+            task = asyncio.ensure_future(body())
+            await asyncio.sleep(delay)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+        self.assertEqual(await self.client.list({"t": label}), [])
+
     async def test_names_and_persistent(self):
         name = uniq("apy-persist")
         sb = await self.sandbox(name=name, persistent=True)
