@@ -225,6 +225,33 @@ class TestAsyncTransport(unittest.IsolatedAsyncioTestCase):
                 await task
             await asyncio.wait_for(d.closed.wait(), 10)
 
+    async def test_async_with_cancelled_while_creating(self):
+        # The task is cancelled while the daemon creates the sandbox: the
+        # client still takes the answer and deletes what was created.
+        arrived, cancelled, deleted = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def h(req, w):
+            await req.body()
+            if req.method == "POST" and req.target == "/v1/sandboxes":
+                arrived.set()
+                await cancelled.wait()
+                out = b'{"id":"sb1","state":"running"}'
+                w.write(head(201, {"Content-Length": len(out)}) + out)
+            elif req.method == "DELETE" and req.target == "/v1/sandboxes/sb1":
+                deleted.set()
+                w.write(head(204))
+        async with FakeDaemon(h) as d:
+            async def body():
+                async with d.client.sandbox():
+                    await asyncio.sleep(600)
+            task = asyncio.ensure_future(body())
+            await asyncio.wait_for(arrived.wait(), 10)
+            task.cancel()
+            cancelled.set()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            self.assertTrue(deleted.is_set())
+
     async def test_truncated_streams(self):
         cases = {
             "no final event": events({"type": "started", "pid": 1}),
