@@ -246,9 +246,22 @@ class Transport:
         p = prepare(self.ep, call)
         conn = self._connect()
         try:
-            conn.request(p.method, p.target, body=p.body, headers=p.headers,  # type: ignore[arg-type]
-                         encode_chunked=p.chunked)
-            resp = conn.getresponse()
+            try:
+                conn.request(p.method, p.target, body=p.body, headers=p.headers,  # type: ignore[arg-type]
+                             encode_chunked=p.chunked)
+            except OSError as e:
+                # The daemon may answer (say 401) without reading a streamed
+                # body and hang up while it is sent: its answer is still there.
+                if not conn.sock:
+                    raise
+                try:
+                    resp = conn.getresponse()
+                except (OSError, http.client.HTTPException):
+                    raise e from None
+                if 200 <= resp.status <= 299:
+                    raise e
+            else:
+                resp = conn.getresponse()
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             raise errors.TransportError(self.host, p.op, e) from e

@@ -142,6 +142,9 @@ class TestClient(DaemonTest):
         self.assertTrue(e.request_id)
         with self.assertRaises(agentbox.Unauthorized):
             agentbox.Client(api_key="wrong").create(TEMPLATE)
+        # A streamed upload refused before its body is read is still a 401.
+        with self.assertRaises(agentbox.Unauthorized):
+            agentbox.Client(api_key=key).stage_runner(io.BytesIO(os.urandom(16 << 20)))
 
     def test_quota_is_429_with_retry_after(self):
         key = os.environ.get("AGENTBOX_TEST_QUOTA_KEY")

@@ -120,7 +120,7 @@ class TestAsyncClient(AsyncDaemonTest):
 
     async def test_async_with_cancelled_while_creating(self):
         # Cancelled at any point of its creation, async with leaves no
-        # sandbox behind (test_aio_http.py cancels it deterministically in
+        # sandbox behind (test_transport.py cancels it deterministically in
         # the window where the daemon has made it but not yet answered).
         label = uniq("cancel")
         for delay in (0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1):

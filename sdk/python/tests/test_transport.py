@@ -1,4 +1,4 @@
-"""Tests of the asyncio transport against a scripted HTTP server (no daemon).
+"""Tests of the transports against a scripted HTTP server (no daemon).
 
 The server (FakeDaemon) listens on a unix socket of its own; each test
 gives it a handler that reads the request and writes raw HTTP/1.1 bytes,
@@ -103,7 +103,7 @@ def events(*evs):
     return b"".join(json.dumps(e).encode() + b"\n" for e in evs)
 
 
-class TestAsyncTransport(unittest.IsolatedAsyncioTestCase):
+class TestTransport(unittest.IsolatedAsyncioTestCase):
     async def test_request_and_content_length(self):
         async def h(req, w):
             body = await req.body()
@@ -199,6 +199,21 @@ class TestAsyncTransport(unittest.IsolatedAsyncioTestCase):
         async with FakeDaemon(h) as d:
             with self.assertRaises(agentbox.Unauthorized):
                 await d.client.stage_runner(b"x" * 100 for _ in range(50000))
+
+    async def test_early_answer_to_a_streamed_upload_blocking(self):
+        # The same for the blocking client (in a thread: the server runs on
+        # this loop).
+        async def h(req, w):
+            w.write(head(401, {"Content-Length": 2}) + b"no")
+            await w.drain()
+            w.write_eof()
+            await asyncio.sleep(0.5)
+        async with FakeDaemon(h) as d:
+            c = agentbox.Client(d.client.host, api_key="k")
+            call = asyncio.get_running_loop().run_in_executor(
+                None, c.stage_runner, (b"x" * 100 for _ in range(50000)))
+            with self.assertRaises(agentbox.Unauthorized):
+                await asyncio.wait_for(call, 30)
 
     async def test_timeout_bounds_each_read(self):
         async def h(req, w):
