@@ -43,7 +43,7 @@ class _Protocol(Exception):
     """The daemon's answer is not HTTP/1.1 as this client reads it."""
 
 
-def _settle(task: "asyncio.Future[None]") -> None:
+def _settle(task: "asyncio.Future[Any]") -> None:
     """Stop task, or take its exception so it is not reported as lost."""
     if not task.done():
         task.cancel()
@@ -90,13 +90,18 @@ class AsyncTransport:
             raise errors.TransportError(self.host, p.op, e) from e
         resp: Optional[AsyncResponse] = None
         sending: Optional["asyncio.Future[None]"] = None
+        heading: Optional["asyncio.Future[AsyncResponse]"] = None
         try:
             # The body goes out while the answer is awaited: the daemon may
             # answer (say 401) without reading a streamed body, and close.
+            # The timeout applies to each piece of the body, and to the
+            # answer once the body is out.
             self._write_head(writer, p)
             sending = asyncio.ensure_future(self._write_body(writer, p))
+            heading = asyncio.ensure_future(self._head(reader, writer, p))
+            await asyncio.wait([sending, heading], return_when=asyncio.FIRST_COMPLETED)
             try:
-                resp = await self._head(reader, writer, p)
+                resp = await self._wait(heading)
             except (_Protocol,) + _NET_ERRORS as e:
                 cause: BaseException = e
                 if sending.done() and not sending.cancelled() and sending.exception() is not None:
@@ -116,8 +121,9 @@ class AsyncTransport:
             return resp
         except BaseException:
             # Any failure, and cancellation, drops the connection at once.
-            if sending is not None:
-                _settle(sending)
+            for task in (sending, heading):
+                if task is not None:
+                    _settle(task)
             if resp is not None:
                 resp.abort()
             else:
@@ -154,7 +160,7 @@ class AsyncTransport:
     async def _head(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     p: Prepared) -> "AsyncResponse":
         while True:
-            raw = await self._wait(reader.readuntil(b"\r\n\r\n"))
+            raw = await reader.readuntil(b"\r\n\r\n")
             line, _, rest = raw.partition(b"\r\n")
             parts = line.decode("latin-1").split(None, 2)
             if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():

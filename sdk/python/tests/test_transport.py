@@ -223,6 +223,22 @@ class TestTransport(unittest.IsolatedAsyncioTestCase):
             with self.assertRaises(agentbox.TransportError):
                 await c.health()
 
+    async def test_timeout_spares_a_slow_upload(self):
+        # The body takes longer than the timeout to produce and send, but no
+        # single piece does: the call succeeds.
+        async def h(req, w):
+            body = await req.body()
+            out = b'{"n": %d}' % len(body)
+            w.write(head(200, {"Content-Length": len(out)}) + out)
+        async with FakeDaemon(h) as d:
+            c = agentbox.AsyncClient(d.client.host, api_key="", timeout=2)
+
+            async def pieces():
+                for _ in range(5):
+                    await asyncio.sleep(0.6)
+                    yield b"y" * 1000
+            self.assertEqual(await c.import_template("t", pieces()), {"n": 5000})
+
     async def test_cancellation_closes_the_connection(self):
         async def h(req, w):
             await req.body()
