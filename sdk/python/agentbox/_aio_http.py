@@ -11,9 +11,10 @@ never holds up another call.
 Request bodies are sent with a Content-Length (bytes) or chunked (an
 iterable or async iterable of bytes); response bodies are read by
 Content-Length, chunked, or to the end of the connection, and can be
-streamed. ``timeout`` bounds the connect and each read. Cancelling the
-awaiting task closes the connection at once (AsyncResponse.aclose in a
-finally), so the daemon sees the client go.
+streamed; the answer is read while the body is still being sent.
+``timeout`` bounds the connect, each piece of the body, and each read.
+Cancelling the awaiting task closes the connection at once (the response
+is closed in a finally), so the daemon sees the client go.
 """
 
 from __future__ import annotations

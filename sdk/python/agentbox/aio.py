@@ -70,7 +70,8 @@ class AsyncClient(AsyncOperations):
         async with client.sandbox(template="busybox") as sb:
             res = await sb.run("echo hi")
 
-    ``timeout`` bounds the connect and each read of a call. Creating an
+    ``timeout`` bounds the connect, each piece of a body sent and each
+    read of a call. Creating an
     AsyncClient does not contact the daemon; it holds no connection between
     calls, so there is nothing to close.
     """
