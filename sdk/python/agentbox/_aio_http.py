@@ -294,13 +294,17 @@ class AsyncResponse:
             yield b
 
     async def _readline(self, limit: int) -> bytes:
+        """The next line of the body with its newline, or the rest at its
+        end; limit+1 bytes when the line is longer than limit."""
+        scanned = 0
         while True:
-            i = self._buf.find(b"\n")
+            i = self._buf.find(b"\n", scanned)
             if i >= 0 or len(self._buf) > limit:
                 end = i + 1 if 0 <= i < limit + 1 else limit + 1
                 line = bytes(self._buf[:end])
                 del self._buf[:end]
                 return line
+            scanned = len(self._buf)
             more = await self._piece(_READ)
             if not more:
                 line = bytes(self._buf)

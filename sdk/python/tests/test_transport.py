@@ -8,6 +8,7 @@ covered too.
 """
 
 import asyncio
+import base64
 import io
 import json
 import os
@@ -135,6 +136,19 @@ class TestTransport(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((r.pid, r.exit_code, r.stdout, r.stderr), (7, 3, "hello\n", "\u00e9"))
             self.assertEqual((out, err), (["hello\n"], ["\u00e9"]))
             self.assertEqual(d.requests[0].target, "/v1/sandboxes/sb/exec")
+
+    async def test_big_event_line(self):
+        # One event of several MiB (under the line limit), in many chunks.
+        data = os.urandom(3 << 20)
+        stream = events({"type": "stdout", "pid": 2, "data": base64.b64encode(data).decode()},
+                        {"type": "exit", "exit_code": 0})
+
+        async def h(req, w):
+            await req.body()
+            w.write(head(200, {"Transfer-Encoding": "chunked"}) + chunked(stream, [70000, 3]))
+        async with FakeDaemon(h) as d:
+            r = await d.client.handle("s").run("x")
+            self.assertEqual((r.exit_code, r.stdout_bytes), (0, data))
 
     async def test_random_framing(self):
         rnd = random.Random(15)
