@@ -378,6 +378,10 @@ func TestServiceURLsCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, x.ID) || strings.Contains(out, x.Token) {
 		t.Fatalf("expose ls: %d %q", code, out)
 	}
+	out, _, code = e.d.cli(t, "expose", "link", x.ID)
+	if code != 0 || !strings.Contains(out, "?"+api.ServiceTokenParam+"=abl1.") {
+		t.Fatalf("expose link: %d %q", code, out)
+	}
 	if _, errOut, code := e.d.cli(t, "expose", "rm", x.ID); code != 0 {
 		t.Fatalf("expose rm: %d %s", code, errOut)
 	}

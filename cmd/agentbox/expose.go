@@ -90,7 +90,24 @@ See docs/SERVICE-URLS.md.`,
 	}
 	rm := removeCommand("rm ID...", "Revoke exposures: their tokens stop working at once", removeQuiet, (*agentbox.Client).RevokeExposure)
 	rm.Aliases = append(rm.Aliases, "revoke")
-	cmd.AddCommand(ls, rm)
+	link := &cobra.Command{
+		Use:   "link ID",
+		Short: "Print a fresh browser link (10 minutes) for an exposure",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			g := rootGlobals(cmd)
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			x, err := c.ExposureLink(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printResult(cmd, g.json, x, x.BrowserURL)
+		},
+	}
+	cmd.AddCommand(ls, rm, link)
 	return cmd
 }
 

@@ -52,3 +52,7 @@ func (e exposureAPI) ListExposures(ctx context.Context, id string) ([]api.Exposu
 func (e exposureAPI) RevokeExposure(ctx context.Context, id string) error {
 	return e.x.RevokeExposure(ctx, id)
 }
+
+func (e exposureAPI) ExposureLink(ctx context.Context, id string) (api.Exposure, error) {
+	return e.x.ExposureLink(ctx, id)
+}

@@ -21,6 +21,8 @@ type ExposureService interface {
 	ListExposures(ctx context.Context, id string) ([]api.Exposure, error)
 	// RevokeExposure deletes exposure id; its token stops working.
 	RevokeExposure(ctx context.Context, id string) error
+	// ExposureLink returns exposure id with a fresh browser link.
+	ExposureLink(ctx context.Context, id string) (api.Exposure, error)
 }
 
 // ServiceGateway serves the requests addressed to service URLs (host
@@ -94,6 +96,18 @@ func (h *handler) exposureRoutes() []route {
 				return err
 			}
 			writeJSON(w, http.StatusOK, api.ExposureList{Exposures: l})
+			return nil
+		}},
+		{"POST", "/v1/exposures/{exposure}/link", func(w http.ResponseWriter, r *http.Request) error {
+			id := r.PathValue("exposure")
+			if !exposureIDRe.MatchString(id) {
+				return errorf("invalid exposure id %q", clip(id))
+			}
+			x, err := es.ExposureLink(r.Context(), id)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, x)
 			return nil
 		}},
 		{"DELETE", "/v1/exposures/{exposure}", func(w http.ResponseWriter, r *http.Request) error {

@@ -34,6 +34,13 @@ func (f *fakeService) RevokeExposure(ctx context.Context, id string) error {
 	return f.call("RevokeExposure", id)
 }
 
+func (f *fakeService) ExposureLink(ctx context.Context, id string) (api.Exposure, error) {
+	if err := f.call("ExposureLink", id); err != nil {
+		return api.Exposure{}, err
+	}
+	return api.Exposure{ID: id, BrowserURL: "http://x/?agentbox_token=abl1.x"}, nil
+}
+
 func TestExposureRoutes(t *testing.T) {
 	cases := []routeCase{
 		{"POST", "/v1/sandboxes/sb1/exposures", `{"port":8080,"ttl_seconds":60}`, nil, 201, "Expose", []any{"sb1", 8080, int64(60)}},
@@ -45,6 +52,8 @@ func TestExposureRoutes(t *testing.T) {
 		{"GET", "/v1/exposures?sandbox=Bad!", ``, nil, 400, "", nil},
 		{"DELETE", "/v1/exposures/abcdefghijklmnop", ``, nil, 204, "RevokeExposure", []any{"abcdefghijklmnop"}},
 		{"DELETE", "/v1/exposures/short", ``, nil, 400, "", nil},
+		{"POST", "/v1/exposures/abcdefghijklmnop/link", ``, nil, 200, "ExposureLink", []any{"abcdefghijklmnop"}},
+		{"POST", "/v1/exposures/abcdefghijklmnop/link", ``, errdefs.ErrNotFound, 404, "ExposureLink", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) { tc.serve(t) })

@@ -229,13 +229,38 @@ func (e *Exposures) Expose(ctx context.Context, id string, req api.ExposeRequest
 	}
 	x := e.view(rec)
 	x.Token = e.cfg.Signer.Token(rec)
-	if x.URL != "" {
-		linkExp := now.Add(api.ServiceLinkTTL)
-		if rec.ExpiresAt.Before(linkExp) {
-			linkExp = rec.ExpiresAt
-		}
-		x.BrowserURL = x.URL + "?" + api.ServiceTokenParam + "=" + e.cfg.Signer.Link(rec, linkExp)
+	x.BrowserURL = e.browserURL(rec, x.URL, now)
+	return x, nil
+}
+
+// browserURL is url with a fresh link parameter for rec, valid
+// api.ServiceLinkTTL from now or until rec ends; "" without a url.
+func (e *Exposures) browserURL(rec store.ExposureRecord, url string, now time.Time) string {
+	if url == "" {
+		return ""
 	}
+	exp := now.Add(api.ServiceLinkTTL)
+	if rec.ExpiresAt.Before(exp) {
+		exp = rec.ExpiresAt
+	}
+	return url + "?" + api.ServiceTokenParam + "=" + e.cfg.Signer.Link(rec, exp)
+}
+
+// ExposureLink returns exposure id (the caller's own: another tenant's is
+// not found) with a fresh browser link, for a browser to open after the
+// one Expose returned has run out. The token itself is not repeated.
+func (e *Exposures) ExposureLink(ctx context.Context, id string) (api.Exposure, error) {
+	p := tenant.From(ctx)
+	rec, ok := e.lookup(id)
+	now := e.cfg.Now()
+	if !ok || !p.Sees(rec.Tenant) || !now.Before(rec.ExpiresAt) {
+		return api.Exposure{}, fmt.Errorf("exposure %s: %w", clip(id), errdefs.ErrNotFound)
+	}
+	x := e.view(rec)
+	if x.URL == "" {
+		return api.Exposure{}, fmt.Errorf("the daemon has no public URL for browser links (serve --tcp, --public-url or --service-domain): %w", errdefs.ErrFailedPrecondition)
+	}
+	x.BrowserURL = e.browserURL(rec, x.URL, now)
 	return x, nil
 }
 

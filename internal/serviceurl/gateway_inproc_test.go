@@ -311,10 +311,21 @@ func TestGatewayBrowserLink(t *testing.T) {
 	if r := e.get(t, "", x.Path+"echo", map[string]string{api.ServiceTokenHeader: x.Token}); r.StatusCode != 200 {
 		t.Fatalf("path-based header: %d", r.StatusCode)
 	}
-	// An expired link is refused.
+	// An expired link is refused; a fresh one is minted for the owner
+	// only, without the token.
 	e.clk.add(api.ServiceLinkTTL + time.Second)
 	if r := e.get(t, host, "/echo?"+api.ServiceTokenParam+"="+url.QueryEscape(link), nil); r.StatusCode != 404 {
 		t.Fatalf("expired link: %d", r.StatusCode)
+	}
+	if _, err := e.x.ExposureLink(asTenant(ctx, "other"), x.ID); err == nil {
+		t.Fatal("another tenant got a link")
+	}
+	fresh, err := e.x.ExposureLink(ctx, x.ID)
+	if err != nil || fresh.Token != "" || fresh.BrowserURL == x.BrowserURL {
+		t.Fatalf("fresh link %+v, %v", fresh, err)
+	}
+	if r := e.get(t, host, "/echo?"+api.ServiceTokenParam+"="+url.QueryEscape(mustQuery(t, fresh.BrowserURL)), nil); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("fresh link: %d", r.StatusCode)
 	}
 }
 

@@ -52,6 +52,17 @@ func (c *Client) listExposures(ctx context.Context, sandbox string) ([]Exposure,
 	return l.Exposures, nil
 }
 
+// ExposureLink returns exposure id with a fresh BrowserURL (good for 10
+// minutes), for a browser to open after the one Expose returned ran out.
+// The token is not repeated.
+func (c *Client) ExposureLink(ctx context.Context, id string) (Exposure, error) {
+	var x Exposure
+	if err := c.call(ctx, request{method: http.MethodPost, path: "/exposures/" + url.PathEscape(id) + "/link"}, &x); err != nil {
+		return Exposure{}, wrapf(err, "linking exposure %s", id)
+	}
+	return x, nil
+}
+
 // RevokeExposure ends exposure id: its token stops working at once.
 func (c *Client) RevokeExposure(ctx context.Context, id string) error {
 	if err := c.call(ctx, request{method: http.MethodDelete, path: "/exposures/" + url.PathEscape(id)}, nil); err != nil {

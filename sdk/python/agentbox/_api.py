@@ -337,6 +337,10 @@ def exposures(sid: str = "") -> Call[Objs]:
     return Call("GET", "/exposures", query={"sandbox": sid} if sid else None, decode=field("exposures"))
 
 
+def exposure_link(exposure_id: str) -> Call[Obj]:
+    return Call("POST", "/exposures/" + quote(exposure_id) + "/link")
+
+
 def revoke_exposure(exposure_id: str) -> Call[None]:
     return Call("DELETE", "/exposures/" + quote(exposure_id), decode=_none)
 

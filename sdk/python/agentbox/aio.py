@@ -205,6 +205,10 @@ class AsyncClient(AsyncOperations):
         """Every live exposure (service URL) of the caller, without tokens."""
         return await self._t.do(api.exposures())
 
+    async def exposure_link(self, exposure_id: str) -> Dict[str, Any]:
+        """The exposure with a fresh "browser_url" (10 minutes); no token."""
+        return await self._t.do(api.exposure_link(exposure_id))
+
     async def revoke_exposure(self, exposure_id: str) -> None:
         """End an exposure: its token stops working at once."""
         await self._t.do(api.revoke_exposure(exposure_id))

@@ -173,6 +173,10 @@ class Client(Operations):
         """Every live exposure (service URL) of the caller, without tokens."""
         return self._t.do(api.exposures())
 
+    def exposure_link(self, exposure_id: str) -> Dict[str, Any]:
+        """The exposure with a fresh "browser_url" (10 minutes); no token."""
+        return self._t.do(api.exposure_link(exposure_id))
+
     def revoke_exposure(self, exposure_id: str) -> None:
         """End an exposure: its token stops working at once."""
         self._t.do(api.revoke_exposure(exposure_id))

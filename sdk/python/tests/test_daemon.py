@@ -593,6 +593,9 @@ class TestServiceURLs(DaemonTest):
         self.assertEqual([e["id"] for e in sb.exposures()], [x["id"]])
         self.assertIn(x["id"], [e["id"] for e in self.client.exposures()])
         self.assertNotIn("token", sb.exposures()[0])
+        link = self.client.exposure_link(x["id"])
+        self.assertIn("agentbox_token=abl1.", link["browser_url"])
+        self.assertNotIn("token", link)
         self.client.revoke_exposure(x["id"])
         with self.assertRaises(urllib.error.HTTPError) as cm:
             urllib.request.urlopen(req, timeout=10)

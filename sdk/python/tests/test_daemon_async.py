@@ -532,6 +532,7 @@ class TestAsyncServiceURLs(AsyncDaemonTest):
         self.assertTrue(x["token"].startswith("abt1."))
         self.assertEqual([e["id"] for e in await sb.exposures()], [x["id"]])
         self.assertIn(x["id"], [e["id"] for e in await self.client.exposures()])
+        self.assertIn("agentbox_token=abl1.", (await self.client.exposure_link(x["id"]))["browser_url"])
         await self.client.revoke_exposure(x["id"])
         self.assertEqual(await sb.exposures(), [])
         with self.assertRaises(agentbox.NotFound):
