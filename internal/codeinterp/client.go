@@ -129,6 +129,14 @@ func (c *Client) run(ctx context.Context, op, id string, in io.Reader, out io.Wr
 		}
 		body = b
 	}
+	// Only execute and create start a server: with none, there is no
+	// context to list, delete or restart.
+	if op != "execute" && op != "create" && !c.healthy(ctx) {
+		if op == "list" {
+			return json.NewEncoder(out).Encode(api.CodeContextList{Contexts: []api.CodeContext{}})
+		}
+		return fmt.Errorf("context %q: %w", id, errdefs.ErrNotFound)
+	}
 	if err := c.ensure(ctx); err != nil {
 		return err
 	}
