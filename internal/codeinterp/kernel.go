@@ -369,7 +369,15 @@ func (k *kernel) execute(ctx context.Context, code string, env map[string]string
 		events      = p.events
 		output      = p.output
 	)
+	// Results and errors are held until the cell's output has all
+	// arrived: they come on another pipe, and the output written before
+	// them belongs before them.
+	var held []api.CodeEvent
 	finish := func() {
+		for _, ev := range held {
+			send(ev)
+		}
+		held = nil
 		send(api.CodeEvent{Type: api.CodeEventNumberOfExecutions, ExecutionCount: k.count})
 		send(api.CodeEvent{Type: api.CodeEventEndOfExecution})
 	}
@@ -412,12 +420,16 @@ func (k *kernel) execute(ctx context.Context, code string, env map[string]string
 						ev.JSON = b.Bytes()
 					}
 				}
-				send(ev.CodeEvent)
+				held = append(held, ev.CodeEvent)
 			case api.CodeEventError:
 				if timedOut {
-					ev.Name, ev.Value = "TimeoutError", fmt.Sprintf("execution timed out after %s (%s)", timeout, ev.Value)
+					v := fmt.Sprintf("execution timed out after %s (interrupted: %s)", timeout, ev.Name)
+					if ev.Value != "" {
+						v = fmt.Sprintf("execution timed out after %s (interrupted: %s: %s)", timeout, ev.Name, ev.Value)
+					}
+					ev.Name, ev.Value = "TimeoutError", v
 				}
-				send(api.CodeEvent{Type: api.CodeEventError, Name: ev.Name, Value: ev.Value, Traceback: ev.Traceback})
+				held = append(held, api.CodeEvent{Type: api.CodeEventError, Name: ev.Name, Value: ev.Value, Traceback: ev.Traceback})
 			}
 		case <-markTimeout:
 			awaitMark = map[string]bool{}
@@ -428,7 +440,7 @@ func (k *kernel) execute(ctx context.Context, code string, env map[string]string
 			killTimer = time.After(interruptGrace)
 		case <-killTimer:
 			k.stopLocked()
-			send(api.CodeEvent{Type: api.CodeEventError, Name: "TimeoutError", Value: fmt.Sprintf("execution timed out after %s and did not stop on an interrupt: the context was restarted, its state is lost", timeout)})
+			held = append(held, api.CodeEvent{Type: api.CodeEventError, Name: "TimeoutError", Value: fmt.Sprintf("execution timed out after %s and did not stop on an interrupt: the context was restarted, its state is lost", timeout)})
 			finish()
 			return nil
 		case <-p.exited:
@@ -453,7 +465,7 @@ func (k *kernel) execute(ctx context.Context, code string, env map[string]string
 					}
 					if ev.Type == api.CodeEventResult || ev.Type == api.CodeEventError {
 						ev.CodeEvent.Type = ev.Type
-						send(ev.CodeEvent)
+						held = append(held, ev.CodeEvent)
 					}
 				case <-drain:
 					break events
@@ -462,7 +474,7 @@ func (k *kernel) execute(ctx context.Context, code string, env map[string]string
 			code := p.cmd.ProcessState.ExitCode()
 			k.proc = nil
 			if !done {
-				send(api.CodeEvent{Type: api.CodeEventError, Name: "ContextExited", Value: fmt.Sprintf("the %s process exited (status %d); the context starts afresh on its next cell", k.ctx.Language, code)})
+				held = append(held, api.CodeEvent{Type: api.CodeEventError, Name: "ContextExited", Value: fmt.Sprintf("the %s process exited (status %d); the context starts afresh on its next cell", k.ctx.Language, code)})
 			}
 			finish()
 			return nil
