@@ -165,12 +165,13 @@ func codeError(e *api.Error) error {
 	if e == nil {
 		return fmt.Errorf("code client failed: %w", errdefs.ErrInternal)
 	}
-	msg := e.Message
+	cat := errdefs.FromCode(e.Code)
+	msg := strings.TrimSuffix(e.Message, ": "+cat.Error())
 	if len(msg) > 512 {
 		msg = msg[:512] + "..."
 	}
 	msg = strings.ToValidUTF8(msg, "?")
-	return fmt.Errorf("code interpreter: %s: %w", msg, errdefs.FromCode(e.Code))
+	return fmt.Errorf("code interpreter: %s: %w", msg, cat)
 }
 
 // codeStream turns the client's exec stream into code events: stdout

@@ -62,6 +62,32 @@ class Result:
 
 
 @dataclass
+class Execution:
+    """The outcome of a cell run by Sandbox.run_code.
+
+    results are the result events (dicts with "text", "html", "png"
+    (base64), "json", ... and "is_main_result" for the value of the last
+    expression); error is the error event ("name", "value", "traceback")
+    when the code raised, else None: an exception in the code is not an
+    exception of run_code.
+    """
+
+    stdout: str = ""
+    stderr: str = ""
+    results: List[Dict[str, Any]] = field(default_factory=list)
+    error: Optional[Dict[str, Any]] = None
+    execution_count: int = 0
+
+    @property
+    def text(self) -> Optional[str]:
+        """The text of the main result (the last expression's value)."""
+        for r in self.results:
+            if r.get("is_main_result"):
+                return r.get("text")
+        return None
+
+
+@dataclass
 class Secret:
     """A stored secret put into one command's environment as ``env``
     (default: the secret's name). Its value is redacted from the output."""
@@ -368,6 +394,79 @@ class Sandbox:
     def processes(self) -> List[Dict[str, Any]]:
         """The processes started through exec, running or exited."""
         return (self._t.call("GET", self._path("/processes")) or {}).get("processes") or []
+
+    # --- code interpreter ----------------------------------------------
+
+    def run_code(self, code: str, *, language: Optional[str] = None, context: Optional[str] = None,
+                 env: Optional[Dict[str, str]] = None, timeout: Optional[float] = None,
+                 on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
+                 on_result: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Execution:
+        """Run a cell in the sandbox's code interpreter (docs/CODE-INTERPRETER.md).
+
+        Variables persist between cells of a context: the default one of
+        language (python, javascript, bash; python when neither is given)
+        or context, an id from create_code_context. timeout (seconds)
+        interrupts the cell. Callbacks get output and results as they come.
+        """
+        req: Dict[str, Any] = {"code": code}
+        if language:
+            req["language"] = language
+        if context:
+            req["context"] = context
+        if env:
+            req["env"] = env
+        if timeout:
+            req["timeout_seconds"] = timeout
+        ex = Execution()
+        out: List[str] = []
+        err: List[str] = []
+        resp = self._t.send("POST", self._path("/code"), json_body=req)
+        with resp:
+            for ev in resp.events():
+                t = ev.get("type")
+                if t == "stdout":
+                    out.append(ev.get("text") or "")
+                    if on_stdout:
+                        on_stdout(ev.get("text") or "")
+                elif t == "stderr":
+                    err.append(ev.get("text") or "")
+                    if on_stderr:
+                        on_stderr(ev.get("text") or "")
+                elif t == "result":
+                    ex.results.append(ev)
+                    if on_result:
+                        on_result(ev)
+                elif t == "error":
+                    ex.error = ev
+                elif t == "number_of_executions":
+                    ex.execution_count = int(ev.get("execution_count") or 0)
+                elif t == "stream_error":
+                    raise errors.error_from_event(ev.get("error"))
+                if t in ("end_of_execution", "stream_error"):
+                    ex.stdout, ex.stderr = "".join(out), "".join(err)
+                    return ex
+        raise errors.StreamTruncated(resp.host, resp.op, EOFError("stream ended before its final event"))
+
+    def create_code_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
+        """Create a code context ({"id", "language", "cwd"})."""
+        req: Dict[str, Any] = {}
+        if language:
+            req["language"] = language
+        if cwd:
+            req["cwd"] = cwd
+        return self._t.call("POST", self._path("/code/contexts"), json_body=req) or {}
+
+    def code_contexts(self) -> List[Dict[str, Any]]:
+        """The code contexts."""
+        return (self._t.call("GET", self._path("/code/contexts")) or {}).get("contexts") or []
+
+    def delete_code_context(self, context: str) -> None:
+        """End a code context."""
+        self._t.call("DELETE", self._path("/code/contexts/" + quote(context)))
+
+    def restart_code_context(self, context: str) -> None:
+        """Restart a code context: its state is lost."""
+        self._t.call("POST", self._path("/code/contexts/" + quote(context) + "/restart"))
 
     # --- files ---------------------------------------------------------
 
