@@ -52,7 +52,7 @@ func codeServerCommand() *cobra.Command {
 func codeClientCommand() *cobra.Command {
 	var addr string
 	cmd := &cobra.Command{
-		Use:    "code-client execute|create|list|delete ID|restart ID",
+		Use:    "code-client start|execute|create|list|delete ID|restart ID",
 		Short:  "Talk to the code interpreter's server inside a sandbox (request body on stdin)",
 		Args:   cobra.RangeArgs(1, 2),
 		Hidden: true,

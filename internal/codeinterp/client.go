@@ -84,11 +84,13 @@ func (c *Client) healthy(ctx context.Context) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// Run performs op ("execute", "create", "list", "delete", "restart"),
+// Run performs op ("start", "execute", "create", "list", "delete",
+// "restart"),
 // reading a request body from in (execute: ExecuteRequest; create:
 // api.CreateCodeContextRequest) and writing to out: execute's NDJSON
 // events as they come; create's api.CodeContext; list's
-// api.CodeContextList. On failure it writes one api.CodeEvent of type
+// api.CodeContextList; start's {"addr": ...} once the server answers.
+// On failure it writes one api.CodeEvent of type
 // stream_error, carrying the error's errdefs code, and returns the error.
 func (c *Client) Run(ctx context.Context, op, id string, in io.Reader, out io.Writer) error {
 	err := c.run(ctx, op, id, in, out)
@@ -102,6 +104,13 @@ func (c *Client) Run(ctx context.Context, op, id string, in io.Reader, out io.Wr
 func (c *Client) run(ctx context.Context, op, id string, in io.Reader, out io.Writer) error {
 	var method, path string
 	switch op {
+	case "start":
+		// Only make sure the server runs: what a front door that speaks
+		// to port 49999 directly (E2B's SDK) needs before its first call.
+		if err := c.ensure(ctx); err != nil {
+			return err
+		}
+		return json.NewEncoder(out).Encode(map[string]string{"addr": c.addr()})
 	case "execute":
 		method, path = http.MethodPost, "/execute"
 	case "create":
