@@ -229,3 +229,27 @@ func TestJavaScript(t *testing.T) {
 		t.Errorf("js error %+v", evs)
 	}
 }
+
+// Top-level await in a Python cell.
+func TestPythonAwait(t *testing.T) {
+	testutil.RequiresBinary(t, "python3")
+	s := newServer(t)
+	evs := run(t, s, ExecuteRequest{Code: "import asyncio\nasync def f():\n    await asyncio.sleep(0.01)\n    return 5\nv = await f()\nv * 2"})
+	if r, ok := mainResult(evs); !ok || r.Text != "10" {
+		t.Fatalf("await: %+v", evs)
+	}
+}
+
+// A bash cell's timeout interrupts its command; the context lives on.
+func TestBashTimeout(t *testing.T) {
+	testutil.RequiresBinary(t, "bash")
+	s := newServer(t)
+	run(t, s, ExecuteRequest{Code: "KEEP=yes", Language: "bash"})
+	evs := run(t, s, ExecuteRequest{Code: "sleep 30", Language: "bash", Timeout: 0.5})
+	if e, ok := firstError(evs); !ok || e.Name != "TimeoutError" {
+		t.Fatalf("timeout: %+v", evs)
+	}
+	if got := output(run(t, s, ExecuteRequest{Code: "echo $KEEP", Language: "bash"}), api.CodeEventStdout); got != "yes\n" {
+		t.Fatalf("after the timeout: %q", got)
+	}
+}
