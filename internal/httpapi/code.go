@@ -182,7 +182,6 @@ type codeStream struct {
 	buf     []byte
 	stderr  []byte
 	exited  bool
-	pending []api.CodeEvent
 }
 
 func (c *codeStream) next() (api.CodeEvent, error) {
