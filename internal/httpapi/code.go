@@ -178,10 +178,10 @@ func codeError(e *api.Error) error {
 // lines decoded (a line may span many stdout events), stderr kept to
 // explain a failure, the exit checked.
 type codeStream struct {
-	stream  execstream.Stream
-	buf     []byte
-	stderr  []byte
-	exited  bool
+	stream execstream.Stream
+	buf    []byte
+	stderr []byte
+	exited bool
 }
 
 func (c *codeStream) next() (api.CodeEvent, error) {
