@@ -211,11 +211,14 @@ func relay(r io.Reader, out io.Writer) error {
 }
 
 // StartDetached runs `exe guest code-server --addr addr` in a session of
-// its own, detached from the caller, its output appended to logPath.
+// its own, detached from the caller, its output appended to logPath (or
+// discarded when that cannot be opened: an image without /tmp).
 func StartDetached(exe, addr, logPath string) error {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		if logf, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0); err != nil {
+			return err
+		}
 	}
 	defer logf.Close()
 	cmd := exec.Command(exe, "guest", "code-server", "--addr", addr)

@@ -495,6 +495,26 @@ class TestOperations(DaemonTest):
         since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
         self.assertIsInstance(list(self.client.export_usage(sb.id, since)), list)
 
+    def test_code_interpreter(self):
+        # busybox has no interpreter: the code call goes all the way to the
+        # code server in the sandbox, which says so (the cells themselves
+        # are tested in test/code_test.go, in a code-interpreter sandbox).
+        sb = self.sandbox()
+        with self.assertRaises(agentbox.FailedPrecondition) as cm:
+            sb.run_code("x = 6*7", timeout=30)
+        self.assertIn("python3", str(cm.exception))
+        ctx = sb.create_code_context(language="bash", cwd="/")
+        self.assertEqual((ctx["language"], ctx["cwd"]), ("bash", "/"))
+        self.assertIn(ctx["id"], [c["id"] for c in sb.code_contexts()])
+        with self.assertRaises(agentbox.FailedPrecondition):
+            sb.restart_code_context(ctx["id"])
+        sb.delete_code_context(ctx["id"])
+        with self.assertRaises(agentbox.NotFound):
+            sb.delete_code_context(ctx["id"])
+        self.assertIsInstance(agentbox.Execution().text, type(None))
+        runs = self.client.runs(sandbox=sb.id, limit=10)
+        self.assertTrue(any("code-client" in (r.get("cmd") or []) for r in runs), runs)
+
     def test_schedules_and_hooks(self):
         s = self.client.create_schedule("0 0 1 1 *", "echo scheduled", template=TEMPLATE)
         self.assertEqual(self.client.schedule(s["id"])["cron"], "0 0 1 1 *")
