@@ -216,12 +216,22 @@ func (k *kernel) startLocked() (*process, error) {
 	return nil, fmt.Errorf("the %s driver did not start: %w", k.ctx.Language, errdefs.ErrUnavailable)
 }
 
-// kill ends the driver and everything in its process group.
+// kill ends the driver and everything in its process group, and drains
+// what it wrote that nobody will read (the pumps must finish for the
+// process to be reaped and exited closed).
 func (p *process) kill() {
 	if p.cmd.Process != nil {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	_ = p.ctlW.Close()
+	go func() {
+		for range p.output {
+		}
+	}()
+	go func() {
+		for range p.events {
+		}
+	}()
 }
 
 // interrupt sends SIGINT to the driver's process group.

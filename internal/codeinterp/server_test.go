@@ -253,3 +253,26 @@ func TestBashTimeout(t *testing.T) {
 		t.Fatalf("after the timeout: %q", got)
 	}
 }
+
+// A cell that ignores the interrupt while flooding its stdout has its
+// context killed and restarted, without the server hanging on the output
+// nobody reads any more.
+func TestPythonTimeoutIgnored(t *testing.T) {
+	testutil.RequiresBinary(t, "python3")
+	s := newServer(t)
+	run(t, s, ExecuteRequest{Code: "lost = 1"})
+	var n int
+	err := s.Execute(context.Background(), ExecuteRequest{Code: "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    print('x' * 4096)", Timeout: 0.3}, func(ev api.CodeEvent) error {
+		n++
+		if ev.Type == api.CodeEventError && (ev.Name != "TimeoutError" || !strings.Contains(ev.Value, "restarted")) {
+			t.Errorf("error %+v", ev)
+		}
+		return nil
+	})
+	if err != nil || n < 3 {
+		t.Fatalf("execute: %v, %d events", err, n)
+	}
+	if e, ok := firstError(run(t, s, ExecuteRequest{Code: "lost"})); !ok || e.Name != "NameError" {
+		t.Fatalf("after a restart: %+v", e)
+	}
+}
