@@ -57,7 +57,7 @@ func TestClientServer(t *testing.T) {
 		}
 		evs = append(evs, ev)
 	}
-	if len(evs) != 4 || evs[0].Text != "a\n" || evs[1].Text != "42" || evs[3].Type != api.CodeEventEndOfExecution {
+	if len(evs) != 4 || evs[0].Text != "a\n" || evs[1].Text != "42" || !evs[1].IsMainResult || evs[3].Type != api.CodeEventEndOfExecution {
 		t.Fatalf("events %+v", evs)
 	}
 	out, err = call("create", "", `{"language":"bash"}`)

@@ -58,7 +58,7 @@ func DefaultLauncher(language string) (*exec.Cmd, error) {
 	var args []string
 	switch language {
 	case api.LanguagePython:
-		bin, args = "python3", []string{"-u", "-c", pythonDriver}
+		bin, args = "python3", []string{"-c", pythonDriver}
 	case api.LanguageJavaScript:
 		bin, args = "node", []string{"-e", nodeDriver}
 	case api.LanguageBash:

@@ -1,6 +1,6 @@
 # agentbox code interpreter: the Python driver (docs/CODE-INTERPRETER.md).
 #
-# Run as `python3 -u -c <this file>` by the Go server (internal/codeinterp),
+# Run as `python3 -c <this file>` by the Go server (internal/codeinterp),
 # one process per context. Requests arrive on fd 3 and events leave on
 # fd 4, one JSON object per line; fds 1 and 2 are the cell's stdout and
 # stderr, passed through as they are written. After each cell the driver
@@ -23,6 +23,14 @@ os.close(3)
 os.close(4)
 _MARK = os.environ.pop("AGENTBOX_CODE_MARKER", "").encode()
 _DRIVER = sys._getframe().f_code.co_filename
+
+# Line-buffered output: a print is one write (text and newline together),
+# flushed at its newline; the rest is flushed at the end of the cell.
+for _s in (sys.stdout, sys.stderr):
+    try:
+        _s.reconfigure(line_buffering=True)
+    except Exception:
+        pass
 
 warnings.filterwarnings("ignore", message=".*non-interactive.*")
 os.environ.setdefault("MPLBACKEND", "Agg")
