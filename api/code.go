@@ -1,6 +1,9 @@
 package api
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // Code interpreter (docs/CODE-INTERPRETER.md): POST /v1/sandboxes/{id}/code
 // runs a cell of code in a stateful context inside the sandbox and streams
@@ -14,6 +17,20 @@ const (
 	LanguageBash       = "bash"
 	LanguageJavaScript = "javascript"
 )
+
+// CodeLanguage normalises a language name: "" and "py" are Python, "js"
+// and "node" JavaScript, "sh" bash; ok is false for one not supported.
+func CodeLanguage(s string) (lang string, ok bool) {
+	switch strings.ToLower(s) {
+	case "", "python", "python3", "py":
+		return LanguagePython, true
+	case "javascript", "js", "node", "nodejs":
+		return LanguageJavaScript, true
+	case "bash", "sh", "shell":
+		return LanguageBash, true
+	}
+	return "", false
+}
 
 // CodeRequest runs a cell. Context and Language are exclusive: a context
 // has its language; with neither, the default Python context runs it.

@@ -40,13 +40,8 @@ type Launcher func(language string) (*exec.Cmd, error)
 // JavaScript; "sh" is bash), failing with errdefs.ErrInvalidArgument for
 // one the server does not know.
 func Language(s string) (string, error) {
-	switch strings.ToLower(s) {
-	case "", "python", "python3", "py":
-		return api.LanguagePython, nil
-	case "javascript", "js", "node", "nodejs":
-		return api.LanguageJavaScript, nil
-	case "bash", "sh", "shell":
-		return api.LanguageBash, nil
+	if l, ok := api.CodeLanguage(s); ok {
+		return l, nil
 	}
 	return "", fmt.Errorf("language %q not supported (python, javascript, bash): %w", s, errdefs.ErrInvalidArgument)
 }

@@ -60,9 +60,7 @@ func validCodeRequest(req *api.CodeRequest) error {
 	if req.Context != "" && !codeContextRe.MatchString(req.Context) {
 		return errorf("invalid context id %q", clip(req.Context))
 	}
-	switch strings.ToLower(req.Language) {
-	case "", "python", "python3", "py", "javascript", "js", "node", "nodejs", "bash", "sh", "shell":
-	default:
+	if _, ok := api.CodeLanguage(req.Language); !ok {
 		return errorf("language %q not supported (python, javascript, bash)", clip(req.Language))
 	}
 	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > 86400 {
