@@ -110,3 +110,21 @@ else
 		log "WARNING: npm ci of test/mcpclient failed (no npm registry?): TestMCP will fail or skip"
 	fi
 fi
+
+# --- npm packages of the code interpreter's E2B SDK client --------------------
+# test/code_e2b_test.go drives the code server with @e2b/code-interpreter
+# (test/codeclient, pinned by its package-lock.json), installed the same way.
+lock=test/codeclient/package-lock.json
+dir="${XDG_CACHE_HOME:-$HOME/.cache}/agentbox/codeclient-$(sha256sum "$lock" | cut -c1-16)"
+if [[ -f $dir/node_modules/.agentbox-installed ]]; then
+	log "npm packages of test/codeclient: present in $dir"
+else
+	mkdir -p "$dir"
+	cp test/codeclient/package.json "$lock" test/codeclient/client.mjs "$dir/"
+	if (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund); then
+		touch "$dir/node_modules/.agentbox-installed"
+		log "npm packages of test/codeclient: installed in $dir"
+	else
+		log "WARNING: npm ci of test/codeclient failed (no npm registry?): TestCodeServerE2BSDK will fail or skip"
+	fi
+fi

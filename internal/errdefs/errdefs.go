@@ -124,3 +124,14 @@ func Reason(err error) string {
 	}
 	return ""
 }
+
+// FromCode returns the category whose Code is code (ErrInternal for an
+// unknown one): for errors that crossed a process boundary as a code.
+func FromCode(code string) error {
+	for _, c := range categories {
+		if c.code == code {
+			return c.err
+		}
+	}
+	return ErrInternal
+}

@@ -123,15 +123,23 @@ func (t Template) API() api.Template {
 	return api.Template{Name: t.Name, ID: t.ID, Built: true, Builtin: t.Builtin, SizeBytes: t.SizeBytes, Env: maps.Clone(t.Env), CreatedAt: &created}
 }
 
-// Builtin returns the specs that exist without registration: "busybox" and
+// Builtin returns the specs that exist without registration: "busybox",
 // "debian" (bookworm with python3, python-is-python3 so that "python"
-// runs it too, ca-certificates, curl, git).
+// runs it too, ca-certificates, curl, git) and "code-interpreter" (the
+// debian template's packages plus numpy, pandas, matplotlib and Node.js,
+// all from Debian, for the code interpreter of docs/CODE-INTERPRETER.md;
+// matplotlib renders with its Agg backend).
 func Builtin() []api.TemplateSpec {
 	return []api.TemplateSpec{
 		{Name: "busybox", Base: "busybox"},
 		{Name: "debian", Base: "debian:bookworm+python3,python-is-python3,ca-certificates,curl,git", Env: map[string]string{"LANG": "C.UTF-8"}},
+		{Name: CodeInterpreter, Base: "debian:bookworm+python3,python-is-python3,ca-certificates,curl,git,python3-numpy,python3-pandas,python3-matplotlib,nodejs", Env: map[string]string{"LANG": "C.UTF-8", "MPLBACKEND": "Agg"}},
 	}
 }
+
+// CodeInterpreter is the name of the builtin template made for the code
+// interpreter.
+const CodeInterpreter = "code-interpreter"
 
 // BuiltinSpec returns the builtin spec called name.
 func BuiltinSpec(name string) (api.TemplateSpec, bool) { return builtin(name) }

@@ -25,13 +25,13 @@ from .errors import (REASON_COMMAND_NOT_EXECUTABLE, REASON_COMMAND_NOT_FOUND, Ag
                      NotImplementedByDaemon, PermissionDenied, QuotaExceeded, StreamTruncated,
                      TooLarge, TransportError, Unauthorized, Unavailable)
 from ._api import sign_hook
-from .sandbox import Process, Result, Sandbox, Secret
+from .sandbox import Execution, Process, Result, Sandbox, Secret
 
 __version__ = "0.1.0"
 
 __all__ = [
     "API_VERSION", "DEFAULT_HOST", "ENV_API_KEY", "ENV_CA_CERT", "ENV_HOST",
-    "Client", "sign_hook", "Sandbox", "Process", "Result", "Secret",
+    "Client", "sign_hook", "Sandbox", "Process", "Result", "Secret", "Execution",
     "AsyncClient", "AsyncSandbox", "AsyncProcess",
     "AgentboxError", "APIError", "InvalidArgument", "Unauthorized", "PermissionDenied",
     "NotFound", "Conflict", "AlreadyExists", "FailedPrecondition", "TooLarge",

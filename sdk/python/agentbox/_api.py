@@ -231,6 +231,38 @@ def processes(sid: str) -> Call[Objs]:
     return Call("GET", _sb(sid, "/processes"), decode=field("processes"))
 
 
+# --- code interpreter ---------------------------------------------------
+
+def run_code(sid: str, code: str, language: Optional[str], context: Optional[str],
+             env: Optional[Dict[str, str]], timeout: Optional[float]) -> Call[Any]:
+    """POST /code: a stream of code events (CodeFollower)."""
+    req: Dict[str, Any] = {"code": code}
+    for k, v in (("language", language), ("context", context), ("env", env), ("timeout_seconds", timeout)):
+        if v:
+            req[k] = v
+    return Call("POST", _sb(sid, "/code"), json_body=req)
+
+
+def create_code_context(sid: str, language: Optional[str], cwd: Optional[str]) -> Call[Obj]:
+    req: Dict[str, Any] = {}
+    for k, v in (("language", language), ("cwd", cwd)):
+        if v:
+            req[k] = v
+    return Call("POST", _sb(sid, "/code/contexts"), json_body=req)
+
+
+def code_contexts(sid: str) -> Call[Objs]:
+    return Call("GET", _sb(sid, "/code/contexts"), decode=field("contexts"))
+
+
+def delete_code_context(sid: str, context: str) -> Call[None]:
+    return Call("DELETE", _sb(sid, "/code/contexts/" + quote(context)), decode=_none)
+
+
+def restart_code_context(sid: str, context: str) -> Call[None]:
+    return Call("POST", _sb(sid, "/code/contexts/" + quote(context) + "/restart"), decode=_none)
+
+
 def attach(sid: str, pid: int, replay: bool) -> Call[Any]:
     return Call("GET", _proc(sid, pid, "/attach"), query={"replay": replay})
 

@@ -14,7 +14,7 @@ import codecs
 import os
 import tarfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import errors
@@ -230,6 +230,92 @@ class Follower:
         if self._error is not None:
             raise self._error
         return self.result
+
+
+@dataclass
+class Execution:
+    """The outcome of a cell run by run_code (docs/CODE-INTERPRETER.md).
+
+    results are the result events (dicts with "text", "html", "png"
+    (base64), "json", ... and "is_main_result" for the value of the last
+    expression); error is the error event ("name", "value", "traceback")
+    when the code raised, else None: an exception in the code is data, not
+    an exception of run_code.
+    """
+
+    stdout: str = ""
+    stderr: str = ""
+    results: List[Dict[str, Any]] = field(default_factory=list)
+    error: Optional[Dict[str, Any]] = None
+    execution_count: int = 0
+
+    @property
+    def text(self) -> Optional[str]:
+        """The text of the main result (the last expression's value)."""
+        for r in self.results:
+            if r.get("is_main_result"):
+                return r.get("text")
+        return None
+
+
+class CodeFollower:
+    """The state of one code stream, fed its events in order, as Follower
+    is of an exec stream: take() hands back the callbacks to invoke after
+    each feed; when feed returns True, outcome() gives the Execution or
+    raises the stream's error."""
+
+    def __init__(self, on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback],
+                 on_result: Optional[Callable[[Dict[str, Any]], Any]]) -> None:
+        self._pending: Pending = []
+        self._on = {"stdout": on_stdout, "stderr": on_stderr}
+        self._on_result = on_result
+        self._out: Dict[str, List[str]] = {"stdout": [], "stderr": []}
+        self._error: Optional[errors.AgentboxError] = None
+        self.execution = Execution()
+
+    def take(self) -> Pending:
+        p = list(self._pending)
+        del self._pending[:]
+        return p
+
+    def _collect(self) -> None:
+        self.execution.stdout = "".join(self._out["stdout"])
+        self.execution.stderr = "".join(self._out["stderr"])
+
+    def feed(self, ev: Dict[str, Any]) -> bool:
+        """Take one event; True when it was the final one."""
+        t = ev.get("type")
+        if t in ("stdout", "stderr"):
+            text = ev.get("text") or ""
+            self._out[t].append(text)
+            cb = self._on[t]
+            if cb is not None:
+                self._pending.append((cb, text))
+        elif t == "result":
+            self.execution.results.append(ev)
+            if self._on_result is not None:
+                self._pending.append((self._on_result, ev))
+        elif t == "error":
+            self.execution.error = ev
+        elif t == "number_of_executions":
+            self.execution.execution_count = int(ev.get("execution_count") or 0)
+        elif t == "stream_error":
+            self._collect()
+            self._error = errors.error_from_event(ev.get("error"))
+            return True
+        elif t == "end_of_execution":
+            self._collect()
+            return True
+        return False
+
+    def eof(self, host: str, op: str) -> None:
+        self._collect()
+        self._error = errors.StreamTruncated(host, op, EOFError("stream ended before its final event"))
+
+    def outcome(self) -> Execution:
+        if self._error is not None:
+            raise self._error
+        return self.execution
 
 
 def build_done(ev: Dict[str, Any]) -> Optional[Dict[str, Any]]:

@@ -16,8 +16,8 @@ from typing import (TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, BinaryIO, 
 from . import _api as api
 from . import errors
 from ._aio_http import AsyncResponse
-from ._model import (Data, Follower, OutputCallback, Pending, Result, SandboxState, exec_request,
-                     extract_tar, is_data, tar_dir, to_bytes)
+from ._model import (CodeFollower, Data, Execution, Follower, OutputCallback, Pending, Result, SandboxState,
+                     exec_request, extract_tar, is_data, tar_dir, to_bytes)
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
@@ -216,6 +216,40 @@ class AsyncSandbox(SandboxState):
     async def processes(self) -> List[Dict[str, Any]]:
         """The processes started through exec, running or exited."""
         return await self._t.do(api.processes(self.id))
+
+    # --- code interpreter ----------------------------------------------
+
+    async def run_code(self, code: str, *, language: Optional[str] = None, context: Optional[str] = None,
+                       env: Optional[Dict[str, str]] = None, timeout: Optional[float] = None,
+                       on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
+                       on_result: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Execution:
+        """Run a cell in the sandbox's code interpreter (see Sandbox.run_code);
+        callbacks may be plain or coroutine functions."""
+        f = CodeFollower(on_stdout, on_stderr, on_result)
+        async with await self._t.send(api.run_code(self.id, code, language, context, env, timeout)) as resp:
+            async for ev in resp.events():
+                done = f.feed(ev)
+                await invoke(f.take())
+                if done:
+                    return f.outcome()
+            f.eof(resp.host, resp.op)
+        return f.outcome()
+
+    async def create_code_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
+        """Create a code context ({"id", "language", "cwd"})."""
+        return await self._t.do(api.create_code_context(self.id, language, cwd))
+
+    async def code_contexts(self) -> List[Dict[str, Any]]:
+        """The code contexts."""
+        return await self._t.do(api.code_contexts(self.id))
+
+    async def delete_code_context(self, context: str) -> None:
+        """End a code context."""
+        await self._t.do(api.delete_code_context(self.id, context))
+
+    async def restart_code_context(self, context: str) -> None:
+        """Restart a code context: its state is lost."""
+        await self._t.do(api.restart_code_context(self.id, context))
 
     # --- files ---------------------------------------------------------
 

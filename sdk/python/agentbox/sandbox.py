@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, Iterable, List,
 from . import _api as api
 from . import errors
 from ._http import Response
-from ._model import (Data, Follower, OutputCallback, Result, SandboxState, Secret, body, exec_request,
-                     extract_tar, tar_dir)
+from ._model import (CodeFollower, Data, Execution, Follower, OutputCallback, Result, SandboxState, Secret,
+                     body, exec_request, extract_tar, tar_dir)
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Sandbox", "Process", "Result", "Secret", "OutputCallback"]
+__all__ = ["Sandbox", "Process", "Result", "Secret", "OutputCallback", "Execution"]
 
 
 def follow(resp: Response, f: Follower) -> Result:
@@ -182,6 +182,46 @@ class Sandbox(SandboxState):
     def processes(self) -> List[Dict[str, Any]]:
         """The processes started through exec, running or exited."""
         return self._t.do(api.processes(self.id))
+
+    # --- code interpreter ----------------------------------------------
+
+    def run_code(self, code: str, *, language: Optional[str] = None, context: Optional[str] = None,
+                 env: Optional[Dict[str, str]] = None, timeout: Optional[float] = None,
+                 on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
+                 on_result: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Execution:
+        """Run a cell in the sandbox's code interpreter (docs/CODE-INTERPRETER.md).
+
+        Variables persist between cells of a context: the default one of
+        language (python, javascript, bash; python when neither is given)
+        or context, an id from create_code_context. timeout (seconds)
+        interrupts the cell. Callbacks get output and results as they come.
+        """
+        f = CodeFollower(on_stdout, on_stderr, on_result)
+        with self._t.send(api.run_code(self.id, code, language, context, env, timeout)) as resp:
+            for ev in resp.events():
+                done = f.feed(ev)
+                for cb, arg in f.take():
+                    cb(arg)
+                if done:
+                    return f.outcome()
+            f.eof(resp.host, resp.op)
+        return f.outcome()
+
+    def create_code_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
+        """Create a code context ({"id", "language", "cwd"})."""
+        return self._t.do(api.create_code_context(self.id, language, cwd))
+
+    def code_contexts(self) -> List[Dict[str, Any]]:
+        """The code contexts."""
+        return self._t.do(api.code_contexts(self.id))
+
+    def delete_code_context(self, context: str) -> None:
+        """End a code context."""
+        self._t.do(api.delete_code_context(self.id, context))
+
+    def restart_code_context(self, context: str) -> None:
+        """Restart a code context: its state is lost."""
+        self._t.do(api.restart_code_context(self.id, context))
 
     # --- files ---------------------------------------------------------
 

@@ -511,6 +511,30 @@ class TestOperations(DaemonTest):
         since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
         self.assertIsInstance(list(self.client.export_usage(sb.id, since)), list)
 
+    def test_code_interpreter(self):
+        # busybox has no python3 (its code calls go all the way to the code
+        # server in the sandbox, which says so) and no bash: its sh stands
+        # in for bash. The cells themselves are tested in test/code_test.go.
+        sb = self.sandbox()
+        with self.assertRaises(agentbox.FailedPrecondition) as cm:
+            sb.run_code("x = 6*7", timeout=30)
+        self.assertIn("python3", str(cm.exception))
+        sb.write_file("/usr/local/bin/bash", '#!/bin/sh\nshift 2\nexec sh "$@"\n', mode=0o755)
+        seen = []
+        ex = sb.run_code("X=41; echo $((X+1))", language="bash", on_stdout=seen.append)
+        self.assertEqual((ex.stdout, ex.error, ex.execution_count, seen), ("42\n", None, 1, ["42\n"]))
+        self.assertIsNone(ex.text)
+        ctx = sb.create_code_context(language="bash", cwd="/")
+        self.assertEqual((ctx["language"], ctx["cwd"]), ("bash", "/"))
+        self.assertEqual(sb.run_code("echo ${X:-unset}; false", context=ctx["id"]).error["name"], "ExitStatus")
+        self.assertIn(ctx["id"], [c["id"] for c in sb.code_contexts()])
+        sb.restart_code_context(ctx["id"])
+        sb.delete_code_context(ctx["id"])
+        with self.assertRaises(agentbox.NotFound):
+            sb.delete_code_context(ctx["id"])
+        runs = self.client.runs(sandbox=sb.id, limit=20)
+        self.assertTrue(any("code-client" in (r.get("cmd") or []) for r in runs), runs)
+
     def test_schedules_and_hooks(self):
         s = self.client.create_schedule("0 0 1 1 *", "echo scheduled", template=TEMPLATE)
         self.assertEqual(self.client.schedule(s["id"])["cron"], "0 0 1 1 *")

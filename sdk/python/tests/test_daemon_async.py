@@ -551,6 +551,23 @@ class TestAsyncOperations(AsyncDaemonTest):
         recs = [r async for r in self.client.export_usage(sb.id, since)]
         self.assertIsInstance(recs, list)
 
+    async def test_code_interpreter(self):
+        # As test_daemon.py's: busybox's sh stands in for bash.
+        sb = await self.sandbox()
+        await sb.write_file("/usr/local/bin/bash", '#!/bin/sh\nshift 2\nexec sh "$@"\n', mode=0o755)
+        seen = []
+
+        async def on_stdout(text):
+            seen.append(text)
+        ex = await sb.run_code("X=41; echo $((X+1))", language="bash", on_stdout=on_stdout)
+        self.assertEqual((ex.stdout, ex.error, seen), ("42\n", None, ["42\n"]))
+        ctx = await sb.create_code_context(language="bash")
+        self.assertIn(ctx["id"], [c["id"] for c in await sb.code_contexts()])
+        await sb.restart_code_context(ctx["id"])
+        await sb.delete_code_context(ctx["id"])
+        with self.assertRaises(agentbox.NotFound):
+            await sb.run_code("true", context=ctx["id"])
+
     async def test_schedules_and_hooks(self):
         c = self.client
         s = await c.create_schedule("0 0 1 1 *", "echo scheduled", template=TEMPLATE)
