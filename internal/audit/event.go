@@ -1,0 +1,18 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// decodeEvent decodes a record's event.
+func decodeEvent(r record) (api.SandboxEvent, error) {
+	var ev api.SandboxEvent
+	if err := json.Unmarshal(r.Event, &ev); err != nil {
+		return ev, fmt.Errorf("record %d: decoding event: %w: %w", r.Seq, err, errdefs.ErrInvalidArgument)
+	}
+	return ev, nil
+}

@@ -1,0 +1,405 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// Files changed by a run are computed on the host from the sandbox's
+// writable layer (its overlay upper directory): it is walked before the
+// run and after it, and the two listings compared. Nothing the guest
+// says is used. The cost is bounded: only the upper directory is walked
+// (what the sandbox changed since its template), at most scanLimits.Entries
+// entries; only changed regular files are hashed, each up to
+// scanLimits.HashFile bytes and per run up to scanLimits.HashRun bytes.
+
+// scanLimits bound the work of one run's file diff.
+type scanLimits struct {
+	Entries  int   // entries walked per listing
+	Events   int   // file events per run
+	HashFile int64 // bytes hashed per file
+	HashRun  int64 // bytes hashed per run
+}
+
+var defaultScanLimits = scanLimits{Entries: 50_000, Events: 1000, HashFile: 16 << 20, HashRun: 128 << 20}
+
+// fileState is what a listing keeps of one entry.
+type fileState struct {
+	mode     fs.FileMode
+	size     int64
+	mtime    int64
+	ctime    int64
+	ino      uint64
+	whiteout bool // an overlay whiteout: the path was deleted
+}
+
+// listing is the state of an upper directory at one time.
+type listing struct {
+	files map[string]fileState // by path relative to the upper dir
+	// truncated says the walk stopped at scanLimits.Entries.
+	truncated bool
+}
+
+// scanUpper lists upper (a missing directory lists empty).
+func scanUpper(upper string, max int) listing {
+	l := listing{files: map[string]fileState{}}
+	if upper == "" {
+		return l
+	}
+	_ = filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == upper {
+			return nil
+		}
+		if len(l.files) >= max {
+			l.truncated = true
+			return filepath.SkipAll
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		rel, err := filepath.Rel(upper, p)
+		if err != nil {
+			return nil
+		}
+		st := fileState{mode: fi.Mode(), size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+			st.ctime = sys.Ctim.Nano()
+			st.ino = sys.Ino
+			st.whiteout = fi.Mode()&fs.ModeCharDevice != 0 && sys.Rdev == 0
+		}
+		l.files[filepath.ToSlash(rel)] = st
+		return nil
+	})
+	return l
+}
+
+// fileChange is one path that differs between two listings.
+type fileChange struct {
+	rel    string
+	change string // api.FileCreated, FileModified, FileDeleted
+	st     fileState
+}
+
+// diffListings compares before and after, sorted by path. Directories
+// count when created or deleted, not when their entries change.
+func diffListings(before, after listing) []fileChange {
+	var out []fileChange
+	for rel, a := range after.files {
+		b, had := before.files[rel]
+		switch {
+		case a.whiteout && (!had || !b.whiteout):
+			out = append(out, fileChange{rel, api.FileDeleted, a})
+		case a.whiteout:
+		case !had || b.whiteout:
+			out = append(out, fileChange{rel, api.FileCreated, a})
+		case a.mode.IsDir() && b.mode.IsDir():
+		case a.mode != b.mode || a.size != b.size || a.mtime != b.mtime || a.ctime != b.ctime || a.ino != b.ino:
+			out = append(out, fileChange{rel, api.FileModified, a})
+		}
+	}
+	for rel, b := range before.files {
+		if _, ok := after.files[rel]; !ok && !b.whiteout {
+			out = append(out, fileChange{rel, api.FileDeleted, b})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rel < out[j].rel })
+	return out
+}
+
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "file"
+	case m.IsDir():
+		return "dir"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	default:
+		return "other"
+	}
+}
+
+// fileEvent describes c, hashing a created or modified regular file
+// within *budget bytes (decreased).
+func fileEvent(upper string, c fileChange, lim scanLimits, budget *int64) api.FileEvent {
+	ev := api.FileEvent{Path: "/" + c.rel, Change: c.change}
+	if c.change == api.FileDeleted {
+		if !c.st.whiteout {
+			ev.Kind = kindOf(c.st.mode)
+		}
+		return ev
+	}
+	ev.Kind = kindOf(c.st.mode)
+	ev.Mode = "0" + strings.TrimLeft(fmtOctal(uint32(c.st.mode.Perm())), "0")
+	if ev.Mode == "0" {
+		ev.Mode = "0000"
+	}
+	p := filepath.Join(upper, filepath.FromSlash(c.rel))
+	switch {
+	case c.st.mode.IsRegular():
+		ev.Size = c.st.size
+		if c.st.size <= lim.HashFile && c.st.size <= *budget {
+			if sum, n, ok := hashFile(p, lim.HashFile); ok {
+				ev.SHA256 = sum
+				*budget -= n
+			}
+		}
+	case c.st.mode&fs.ModeSymlink != 0:
+		if t, err := os.Readlink(p); err == nil {
+			ev.Target = t
+		}
+	}
+	return ev
+}
+
+func fmtOctal(v uint32) string {
+	const digits = "01234567"
+	b := []byte{'0', '0', '0', '0'}
+	for i := 3; i >= 0; i-- {
+		b[i] = digits[v&7]
+		v >>= 3
+	}
+	return string(b)
+}
+
+// hashFile hashes up to max bytes of regular file p, never following a
+// link (the upper dir is the sandbox's: it may hold anything).
+func hashFile(p string, max int64) (string, int64, bool) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return "", 0, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", 0, false
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, max+1))
+	if err != nil || n > max {
+		return "", n, false
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, true
+}
+
+// Package databases, as paths in the sandbox's filesystem.
+const (
+	dpkgInfo   = "var/lib/dpkg/info/"
+	dpkgStatus = "var/lib/dpkg/status"
+	apkDB      = "lib/apk/db/installed"
+)
+
+// packageChanges derives the packages a run installed or removed from
+// its file changes: a dpkg package's file list (var/lib/dpkg/info/P.list),
+// a pip distribution's NAME-VERSION.dist-info directory, a global npm
+// package's node_modules/NAME/package.json, and the apk database before
+// (apkBefore, nil when there was none) and after. Versions are read from
+// the upper dir (dpkg status, package.json).
+func packageChanges(upper string, changes []fileChange, apkBefore map[string]string) []api.PackageEvent {
+	var out []api.PackageEvent
+	var dpkgVersions map[string]string
+	action := func(c fileChange) string {
+		if c.change == api.FileDeleted {
+			return "removed"
+		}
+		return "installed"
+	}
+	apkChanged := false
+	for _, c := range changes {
+		switch {
+		case strings.HasPrefix(c.rel, dpkgInfo) && strings.HasSuffix(c.rel, ".list") && c.change != api.FileModified:
+			name := strings.TrimSuffix(strings.TrimPrefix(c.rel, dpkgInfo), ".list")
+			if strings.Contains(name, "/") {
+				continue
+			}
+			name, _, _ = strings.Cut(name, ":")
+			ev := api.PackageEvent{Manager: "dpkg", Name: name, Action: action(c)}
+			if ev.Action == "installed" {
+				if dpkgVersions == nil {
+					dpkgVersions = readDpkgStatus(filepath.Join(upper, dpkgStatus))
+				}
+				ev.Version = dpkgVersions[name]
+			}
+			out = append(out, ev)
+		case c.change != api.FileModified && strings.HasSuffix(c.rel, ".dist-info") &&
+			(strings.Contains(c.rel, "/site-packages/") || strings.Contains(c.rel, "/dist-packages/")):
+			base := strings.TrimSuffix(path.Base(c.rel), ".dist-info")
+			name, ver, ok := strings.Cut(base, "-")
+			if !ok {
+				continue
+			}
+			out = append(out, api.PackageEvent{Manager: "pip", Name: name, Version: ver, Action: action(c)})
+		case c.change != api.FileModified && strings.HasSuffix(c.rel, "/package.json"):
+			name, ok := npmGlobalName(c.rel)
+			if !ok {
+				continue
+			}
+			ev := api.PackageEvent{Manager: "npm", Name: name, Action: action(c)}
+			if ev.Action == "installed" {
+				ev.Version = readNpmVersion(filepath.Join(upper, filepath.FromSlash(c.rel)))
+			}
+			out = append(out, ev)
+		case c.rel == apkDB:
+			apkChanged = true
+		}
+	}
+	if apkChanged {
+		after := readAPK(filepath.Join(upper, apkDB))
+		out = append(out, diffPackages("apk", apkBefore, after)...)
+	}
+	return out
+}
+
+// npmGlobalName returns the package of a global node_modules'
+// NAME/package.json or @SCOPE/NAME/package.json (not of a dependency
+// nested below it).
+func npmGlobalName(rel string) (string, bool) {
+	for _, prefix := range []string{"usr/lib/node_modules/", "usr/local/lib/node_modules/"} {
+		rest, ok := strings.CutPrefix(rel, prefix)
+		if !ok {
+			continue
+		}
+		parts := strings.Split(strings.TrimSuffix(rest, "/package.json"), "/")
+		switch {
+		case len(parts) == 1 && parts[0] != "" && !strings.HasPrefix(parts[0], "."):
+			return parts[0], true
+		case len(parts) == 2 && strings.HasPrefix(parts[0], "@"):
+			return parts[0] + "/" + parts[1], true
+		}
+	}
+	return "", false
+}
+
+// maxDBFile bounds a package database read.
+const maxDBFile = 16 << 20
+
+func readBounded(p string) []byte {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, maxDBFile))
+	return b
+}
+
+// readDpkgStatus returns the installed packages of a dpkg status file,
+// name to version.
+func readDpkgStatus(p string) map[string]string {
+	out := map[string]string{}
+	var name, ver string
+	var installed bool
+	flush := func() {
+		if name != "" && installed {
+			out[name] = ver
+		}
+		name, ver, installed = "", "", false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(readBounded(p)))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			flush()
+		case strings.HasPrefix(line, "Package: "):
+			name = strings.TrimSpace(strings.TrimPrefix(line, "Package: "))
+		case strings.HasPrefix(line, "Version: "):
+			ver = strings.TrimSpace(strings.TrimPrefix(line, "Version: "))
+		case strings.HasPrefix(line, "Status: "):
+			installed = strings.HasSuffix(strings.TrimSpace(line), " installed")
+		}
+	}
+	flush()
+	return out
+}
+
+// readAPK returns the packages of an apk installed database, name to
+// version (nil when there is none).
+func readAPK(p string) map[string]string {
+	b := readBounded(p)
+	if b == nil {
+		return nil
+	}
+	out := map[string]string{}
+	var name string
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case line == "":
+			name = ""
+		case strings.HasPrefix(line, "P:"):
+			name = line[2:]
+			out[name] = ""
+		case strings.HasPrefix(line, "V:") && name != "":
+			out[name] = line[2:]
+		}
+	}
+	return out
+}
+
+// diffPackages compares two name-to-version sets.
+func diffPackages(manager string, before, after map[string]string) []api.PackageEvent {
+	var out []api.PackageEvent
+	for n, v := range after {
+		if bv, ok := before[n]; !ok || bv != v {
+			out = append(out, api.PackageEvent{Manager: manager, Name: n, Version: v, Action: "installed"})
+		}
+	}
+	for n, v := range before {
+		if _, ok := after[n]; !ok {
+			out = append(out, api.PackageEvent{Manager: manager, Name: n, Version: v, Action: "removed"})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Action < out[j].Action
+	})
+	return out
+}
+
+// findAPK returns the apk database as the sandbox sees it: the top-most
+// of dirs (upper first, then its layers) that has it (nil when none
+// does, or a whiteout hides it).
+func findAPK(dirs []string) map[string]string {
+	for _, d := range dirs {
+		p := filepath.Join(d, apkDB)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			continue
+		}
+		if !fi.Mode().IsRegular() {
+			return nil
+		}
+		return readAPK(p)
+	}
+	return nil
+}
+
+func readNpmVersion(p string) string {
+	var pkg struct {
+		Version string `json:"version"`
+	}
+	if json.Unmarshal(readBounded(p), &pkg) != nil || len(pkg.Version) > 128 {
+		return ""
+	}
+	return pkg.Version
+}

@@ -1,0 +1,696 @@
+// Package audit is the flight recorder: one event model for everything a
+// sandbox did (commands with their output digest, the files and packages
+// they changed, network decisions, lifecycle operations and transitions,
+// limit events, the bridge's events), stored append-only per sandbox in a
+// hash chain whose heads the daemon signs, queried and followed through
+// the API, and verified by `agentbox audit verify`. See docs/AUDIT.md.
+//
+// It is a feature attached to the sandbox core (docs/EXTENSIONS.md): an
+// Observer of the core's operations and transitions, an ExecWrapper that
+// follows every command, and an io.Closer; the egress proxy and the
+// bridge hand it their records (Egress, Bridge).
+package audit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"log/slog"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/execstream"
+	"github.com/agentbox/agentbox/internal/redact"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/tenant"
+)
+
+// Config configures a Recorder.
+type Config struct {
+	// Store keeps the records (required); the Recorder closes it.
+	Store *Store
+	// Redactor returns the redactor of sandbox id's secret values (nil:
+	// nothing to redact); every text recorded passes through it.
+	Redactor func(id string) *redact.Redactor
+	// FlushEvery is how often dropped events are reported and heads
+	// signed (default 5 s); SweepEvery how often the records of deleted
+	// sandboxes past their retention are removed (default 1 h).
+	FlushEvery time.Duration
+	SweepEvery time.Duration
+	Logger     *slog.Logger
+}
+
+// Bounds of what one event records.
+const (
+	maxExcerpt = 2 << 10 // bytes of a run's output kept
+	maxCommand = 4 << 10
+	maxText    = 1 << 10 // detail, error
+)
+
+// Recorder is the extension. Its methods are safe for concurrent use.
+type Recorder struct {
+	cfg   Config
+	store *Store
+	log   *slog.Logger
+	scan  scanLimits
+	core  sandbox.Core // set by Provision, before any hook runs
+
+	stop chan struct{}
+	done chan struct{}
+
+	// mu guards live.
+	mu sync.Mutex
+	// live are the foreground runs in progress, by sandbox id, then run
+	// id (egress attribution: LiveRun).
+	live map[string]map[string]bool
+}
+
+var (
+	_ sandbox.Extension   = (*Recorder)(nil)
+	_ sandbox.Provisioner = (*Recorder)(nil)
+	_ sandbox.Observer    = (*Recorder)(nil)
+	_ sandbox.ExecWrapper = (*Recorder)(nil)
+)
+
+// New returns a Recorder and starts its timers (stopped by Close).
+func New(cfg Config) *Recorder {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.FlushEvery <= 0 {
+		cfg.FlushEvery = 5 * time.Second
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = time.Hour
+	}
+	r := &Recorder{cfg: cfg, store: cfg.Store, log: cfg.Logger, scan: defaultScanLimits,
+		stop: make(chan struct{}), done: make(chan struct{}), live: map[string]map[string]bool{}}
+	go r.loop()
+	return r
+}
+
+// Name implements sandbox.Extension.
+func (r *Recorder) Name() string { return "audit" }
+
+// Provision implements sandbox.Provisioner.
+func (r *Recorder) Provision(c sandbox.Core) error {
+	r.core = c
+	return nil
+}
+
+// Close stops the timers, signs every open record's head and closes the
+// store.
+func (r *Recorder) Close() error {
+	select {
+	case <-r.stop:
+		return nil
+	default:
+	}
+	close(r.stop)
+	<-r.done
+	return r.store.Close()
+}
+
+func (r *Recorder) loop() {
+	defer close(r.done)
+	flush := time.NewTicker(r.cfg.FlushEvery)
+	defer flush.Stop()
+	sweep := time.NewTicker(r.cfg.SweepEvery)
+	defer sweep.Stop()
+	r.sweep()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-flush.C:
+			if err := r.store.Flush(); err != nil {
+				r.log.Warn("audit: flushing records", "err", err)
+			}
+		case <-sweep.C:
+			r.sweep()
+		}
+	}
+}
+
+func (r *Recorder) sweep() {
+	n, err := r.store.Sweep(time.Now())
+	if err != nil {
+		r.log.Warn("audit: removing expired records", "err", err)
+	}
+	if n > 0 {
+		r.log.Info("audit: removed records of deleted sandboxes past their retention", "records", n)
+	}
+}
+
+// record appends ev to its sandbox's record, redacting its texts first.
+func (r *Recorder) record(ctx context.Context, owner string, ev api.SandboxEvent) {
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	ev.Tenant = tenant.Owner(owner)
+	if ev.Actor == "" {
+		ev.Actor = tenant.From(ctx).String()
+	}
+	r.redact(&ev)
+	if _, err := r.store.Append(owner, ev); err != nil {
+		r.log.WarnContext(ctx, "audit: recording event", "sandbox", ev.SandboxID, "type", ev.Type, "err", err)
+	}
+}
+
+// redact replaces the secret values of ev's sandbox in every text of ev.
+func (r *Recorder) redact(ev *api.SandboxEvent) {
+	ev.Detail = clip(ev.Detail, maxText)
+	ev.Error = clip(ev.Error, maxText)
+	if ev.Run != nil {
+		ev.Run.Command = clip(ev.Run.Command, maxCommand)
+	}
+	if r.cfg.Redactor == nil {
+		return
+	}
+	red := r.cfg.Redactor(ev.SandboxID)
+	if red == nil {
+		return
+	}
+	s := red.RedactString
+	ev.Message, ev.Name, ev.Detail, ev.Error, ev.Cause = s(ev.Message), s(ev.Name), s(ev.Detail), s(ev.Error), s(ev.Cause)
+	if len(ev.Attrs) > 0 {
+		attrs := make(map[string]string, len(ev.Attrs))
+		for k, v := range ev.Attrs {
+			attrs[s(k)] = s(v)
+		}
+		ev.Attrs = attrs
+	}
+	if ev.Run != nil {
+		run := *ev.Run
+		run.Command, run.Cwd, run.Excerpt = s(run.Command), s(run.Cwd), s(run.Excerpt)
+		ev.Run = &run
+	}
+	if ev.File != nil {
+		f := *ev.File
+		f.Path, f.Target = s(f.Path), s(f.Target)
+		ev.File = &f
+	}
+	if ev.Egress != nil {
+		e := *ev.Egress
+		e.Destination, e.Path, e.Reason = s(e.Destination), s(e.Path), s(e.Reason)
+		ev.Egress = &e
+	}
+	if ev.Transition != nil {
+		t := *ev.Transition
+		t.Detail = s(t.Detail)
+		ev.Transition = &t
+	}
+}
+
+// clip cuts s to at most n bytes, on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// opTypes maps the core's operations to event types.
+var opTypes = map[string]string{
+	sandbox.OpCreate:           api.EventCreate,
+	sandbox.OpDelete:           api.EventDelete,
+	sandbox.OpCheckpoint:       api.EventCheckpoint,
+	sandbox.OpDeleteCheckpoint: api.EventDeleteCheckpoint,
+	sandbox.OpRestore:          api.EventRestore,
+	sandbox.OpFork:             api.EventFork,
+	sandbox.OpMerge:            api.EventMerge,
+	sandbox.OpSaveTemplate:     api.EventSaveTemplate,
+	sandbox.OpUpgrade:          api.EventUpgrade,
+}
+
+// Observe implements sandbox.Observer: transitions, the core's events
+// (OOM kills) and the operations on a sandbox as a whole are recorded.
+// Execs are recorded by WrapExec; guest calls and attaches are not. A
+// pool's hidden sandbox is recorded from its hand-out on.
+func (r *Recorder) Observe(ctx context.Context, op sandbox.Op) {
+	if op.Hidden || op.Sandbox == "" {
+		return
+	}
+	ev := api.SandboxEvent{Time: op.At.UTC(), SandboxID: op.Sandbox, Detail: op.Detail}
+	if op.Err != nil {
+		ev.Error = op.Err.Error()
+	}
+	if op.Duration > 0 {
+		ev.Attrs = map[string]string{"duration_ms": fmt.Sprintf("%.3f", float64(op.Duration.Microseconds())/1000)}
+	}
+	switch op.Kind {
+	case sandbox.OpTransition:
+		if op.Transition == nil {
+			return
+		}
+		t := *op.Transition
+		ev.Type, ev.Transition, ev.Cause, ev.Detail = api.EventTransition, &t, t.Cause, ""
+		if !t.At.IsZero() {
+			ev.Time = t.At.UTC()
+		}
+	case sandbox.OpEvent:
+		if op.Event == nil {
+			return
+		}
+		e := *op.Event
+		e.Seq = 0
+		r.record(ctx, op.Tenant, e)
+		return
+	default:
+		t, ok := opTypes[op.Kind]
+		if !ok {
+			return
+		}
+		ev.Type = t
+	}
+	r.record(ctx, op.Tenant, ev)
+	if op.Kind == sandbox.OpDelete {
+		// The last event of a deleted sandbox: its record is finished and
+		// kept for the retention period.
+		if err := r.store.Finish(op.Sandbox); err != nil {
+			r.log.WarnContext(ctx, "audit: finishing the record of a deleted sandbox", "sandbox", op.Sandbox, "err", err)
+		}
+	}
+}
+
+// Egress records a decision of the egress proxy (egress.Config.OnRecord).
+// A record without a run is attributed to the sandbox's only foreground
+// run in progress, if there is exactly one (LiveRun).
+func (r *Recorder) Egress(rec api.EgressRecord) {
+	if rec.RunID == "" {
+		rec.RunID = r.LiveRun(rec.SandboxID)
+	}
+	ev := api.SandboxEvent{Time: rec.Time.UTC(), SandboxID: rec.SandboxID, RunID: rec.RunID, Type: api.EventNetwork, Egress: &rec}
+	r.recordFor(context.Background(), ev)
+}
+
+// Bridge records an event a program sent through the API bridge
+// (sandboxevents.Config.OnRecord), already redacted and verified.
+func (r *Recorder) Bridge(ev api.SandboxEvent) {
+	ev.Seq = 0
+	r.recordFor(context.Background(), ev)
+}
+
+// recordFor records ev, looking its sandbox's owner up.
+func (r *Recorder) recordFor(ctx context.Context, ev api.SandboxEvent) {
+	if r.core == nil {
+		return
+	}
+	h, err := r.core.Handle(tenant.WithPrincipal(ctx, tenant.Admin), ev.SandboxID)
+	if err != nil {
+		return // gone: its record is finished
+	}
+	ev.Actor = "sandbox"
+	r.record(ctx, h.Owner(), ev)
+}
+
+// LiveRun returns the id of sandbox id's only foreground run in progress,
+// or "" when there is none or more than one. Like runsecrets.ActiveRun's
+// it is a label for bookkeeping, never an input to a decision.
+func (r *Recorder) LiveRun(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	runs := r.live[id]
+	if len(runs) != 1 {
+		return ""
+	}
+	for run := range runs {
+		return run
+	}
+	return ""
+}
+
+func (r *Recorder) setLive(id, run string, live bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if live {
+		if r.live[id] == nil {
+			r.live[id] = map[string]bool{}
+		}
+		r.live[id][run] = true
+		return
+	}
+	delete(r.live[id], run)
+	if len(r.live[id]) == 0 {
+		delete(r.live, id)
+	}
+}
+
+// WrapExec implements sandbox.ExecWrapper: it records the run's start
+// (its command, cwd, user and the names of the secrets it was given) and
+// lists the sandbox's writable layer, and follows the run to its end. It
+// never changes req and never fails. It must be registered before the
+// secrets' wrapper (which clears req.Secrets), so that its stream is the
+// outer one and sees the output redacted.
+func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.ExecRequest) (sandbox.ExecRun, error) {
+	id := h.ID()
+	run := sandbox.RunIDFrom(ctx)
+	if run == "" {
+		run = sandbox.NewRunID()
+	}
+	var creds []string
+	for _, s := range req.Secrets {
+		creds = append(creds, s.Name)
+	}
+	mode := "foreground"
+	if req.Background {
+		mode = "background"
+	}
+	cmd := req.Command
+	if cmd == "" {
+		cmd = joinArgs(req.Cmd)
+	}
+	e := &execRun{r: r, h: h, ctx: context.WithoutCancel(ctx), id: id, owner: h.Owner(), run: run,
+		background: req.Background, start: time.Now(), actor: tenant.From(ctx).String()}
+	if !req.Background {
+		e.upper, e.lowers = h.Dirs()
+		e.before = scanUpper(e.upper, r.scan.Entries)
+		e.apkBefore = findAPK(append([]string{e.upper}, e.lowers...))
+		if st, err := h.Stats(ctx); err == nil {
+			e.cpu0, e.haveCPU = st.CPUTime, true
+		}
+		r.setLive(id, run, true)
+	}
+	r.record(ctx, e.owner, api.SandboxEvent{SandboxID: id, RunID: run, Type: api.EventRunStarted, Actor: e.actor,
+		Run: &api.RunEvent{Command: cmd, Cwd: req.Cwd, User: req.User, Mode: mode, Credentials: creds}})
+	return e, nil
+}
+
+func joinArgs(args []string) string {
+	n := 0
+	for _, a := range args {
+		n += len(a) + 1
+	}
+	b := make([]byte, 0, n)
+	for i, a := range args {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, a...)
+	}
+	return string(b)
+}
+
+// execRun follows one process (sandbox.ExecRun).
+type execRun struct {
+	r          *Recorder
+	h          *sandbox.Handle
+	ctx        context.Context
+	id, owner  string
+	run, actor string
+	background bool
+	start      time.Time
+
+	upper     string
+	lowers    []string
+	before    listing
+	apkBefore map[string]string
+	cpu0      time.Duration
+	haveCPU   bool
+}
+
+// Abort implements sandbox.ExecRun.
+func (e *execRun) Abort() {
+	e.end(nil, "not_started", nil)
+}
+
+// Started implements sandbox.ExecRun.
+func (e *execRun) Started(_ int, s execstream.Stream) execstream.Stream {
+	if s == nil || e.background {
+		return nil
+	}
+	return &recStream{Stream: s, e: e, sum: sha256.New()}
+}
+
+// recStream passes a foreground exec's events through, digesting its
+// output, and records the run's end at its final event (or when it is
+// closed before one).
+type recStream struct {
+	execstream.Stream
+	e       *execRun
+	sum     hash.Hash
+	n       int64
+	excerpt []byte
+	trimmed bool
+	once    sync.Once
+}
+
+func (t *recStream) Next() (api.ExecEvent, error) {
+	ev, err := t.Stream.Next()
+	if err != nil {
+		t.once.Do(func() { t.e.end(nil, "abandoned", t) })
+		return ev, err
+	}
+	if (ev.Type == api.EventStdout || ev.Type == api.EventStderr) && len(ev.Data) > 0 {
+		t.sum.Write(ev.Data)
+		t.n += int64(len(ev.Data))
+		room := maxExcerpt - len(t.excerpt)
+		if len(ev.Data) > room {
+			t.trimmed = true
+		}
+		if room > 0 {
+			t.excerpt = append(t.excerpt, ev.Data[:min(room, len(ev.Data))]...)
+		}
+	}
+	if execstream.Final(ev) {
+		t.once.Do(func() { t.e.end(&ev, "", t) })
+	}
+	return ev, nil
+}
+
+func (t *recStream) Close() error {
+	t.once.Do(func() { t.e.end(nil, "abandoned", t) })
+	return t.Stream.Close()
+}
+
+// outcomeOf classifies a final event like the metrics do.
+func outcomeOf(ev api.ExecEvent) string {
+	switch {
+	case ev.Type == api.EventError:
+		return "error"
+	case ev.OOMKilled:
+		return "oom"
+	case ev.TimedOut:
+		return "timeout"
+	case ev.Signal != "":
+		return "signal"
+	case ev.ExitCode != nil && *ev.ExitCode == 0:
+		return "ok"
+	default:
+		return "nonzero"
+	}
+}
+
+// end records the run's end (final is its final event, nil when there
+// is none; outcome then says why) and, for a foreground run, the files
+// and packages it changed.
+func (e *execRun) end(final *api.ExecEvent, outcome string, out *recStream) {
+	ctx := e.ctx
+	if !e.background {
+		defer e.r.setLive(e.id, e.run, false)
+	}
+	run := &api.RunEvent{DurationMS: float64(time.Since(e.start).Microseconds()) / 1000, Outcome: outcome}
+	ev := api.SandboxEvent{SandboxID: e.id, RunID: e.run, Type: api.EventRunEnded, Actor: e.actor, Run: run}
+	if final != nil {
+		run.Outcome = outcomeOf(*final)
+		run.ExitCode, run.Signal, run.TimedOut, run.OOMKilled = final.ExitCode, final.Signal, final.TimedOut, final.OOMKilled
+		if final.Error != nil {
+			ev.Error = final.Error.Message
+		}
+	}
+	if out != nil {
+		run.OutputBytes = out.n
+		run.OutputSHA256 = hex.EncodeToString(out.sum.Sum(nil))
+		run.Excerpt = string(out.excerpt)
+		run.ExcerptTrimmed = out.trimmed
+	}
+	if e.haveCPU {
+		if st, err := e.h.Stats(ctx); err == nil && st.CPUTime >= e.cpu0 {
+			run.CPUSeconds = (st.CPUTime - e.cpu0).Seconds()
+		}
+	}
+	var files []api.FileEvent
+	var pkgs []api.PackageEvent
+	if outcome != "not_started" && !e.background {
+		upper, _ := e.h.Dirs()
+		rolledBack := final != nil && final.RolledBack
+		if upper == e.upper && !rolledBack {
+			after := scanUpper(upper, e.r.scan.Entries)
+			run.FilesTruncated = e.before.truncated || after.truncated
+			changes := diffListings(e.before, after)
+			budget := e.r.scan.HashRun
+			for i, c := range changes {
+				if i >= e.r.scan.Events {
+					run.FilesOmitted = len(changes) - i
+					break
+				}
+				files = append(files, fileEvent(upper, c, e.r.scan, &budget))
+			}
+			pkgs = packageChanges(upper, changes, e.apkBefore)
+		}
+	}
+	e.r.record(ctx, e.owner, ev)
+	now := time.Now().UTC()
+	for i := range files {
+		e.r.record(ctx, e.owner, api.SandboxEvent{Time: now, SandboxID: e.id, RunID: e.run, Type: api.EventFileChanged, Actor: e.actor, File: &files[i]})
+	}
+	for i := range pkgs {
+		e.r.record(ctx, e.owner, api.SandboxEvent{Time: now, SandboxID: e.id, RunID: e.run, Type: api.EventPackage, Actor: e.actor, Package: &pkgs[i]})
+	}
+}
+
+// access resolves sandbox id for the caller of ctx: a sandbox it sees
+// (live), or the finished record of a deleted sandbox its tenant owned.
+// Another tenant's sandbox is the same ErrNotFound as an unknown one.
+func (r *Recorder) access(ctx context.Context, id string) (owner string, live bool, err error) {
+	h, herr := r.core.Handle(ctx, id)
+	if herr == nil {
+		return h.Owner(), true, nil
+	}
+	if !errors.Is(herr, errdefs.ErrNotFound) {
+		return "", false, herr
+	}
+	info, err := r.store.Info(id)
+	if err != nil || !info.Deleted || !tenant.From(ctx).Sees(info.Owner) {
+		return "", false, herr
+	}
+	return info.Owner, false, nil
+}
+
+// Events returns sandbox id's recorded events selected by q, oldest
+// first. A deleted sandbox's record can be read until its retention ends.
+func (r *Recorder) Events(ctx context.Context, id string, q api.EventQuery) ([]api.SandboxEvent, error) {
+	if _, _, err := r.access(ctx, id); err != nil {
+		return nil, err
+	}
+	out := []api.SandboxEvent{}
+	_, err := r.scanEvents(ctx, id, 0, q, func(ev api.SandboxEvent) error {
+		out = append(out, ev)
+		return nil
+	})
+	return out, err
+}
+
+// errLimit stops a scan at the query's limit.
+var errLimit = errors.New("limit reached")
+
+// scanEvents calls fn for the events selected by q from byte offset off
+// and returns the offset after the last record read.
+func (r *Recorder) scanEvents(ctx context.Context, id string, off int64, q api.EventQuery, fn func(api.SandboxEvent) error) (int64, error) {
+	n := 0
+	off, err := r.store.scan(id, off, func(rec record) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		ev, err := decodeEvent(rec)
+		if err != nil {
+			return err
+		}
+		if !q.Match(ev) {
+			return nil
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+		n++
+		if q.Limit > 0 && n >= q.Limit {
+			return errLimit
+		}
+		return nil
+	})
+	if errors.Is(err, errLimit) {
+		err = nil
+	}
+	return off, err
+}
+
+// Follow calls ready (when not nil) once the sandbox is found, then fn
+// with sandbox id's events selected by q, the recorded ones first, then
+// each as it is recorded, until ctx ends, fn fails or the sandbox is
+// deleted (its delete event is the last). q.Limit bounds the recorded
+// ones only.
+func (r *Recorder) Follow(ctx context.Context, id string, q api.EventQuery, ready func(), fn func(api.SandboxEvent) error) error {
+	owner, live, err := r.access(ctx, id)
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		ready()
+	}
+	var changed <-chan struct{}
+	finished := !live
+	if live {
+		// Taken before reading, so no append is missed in between.
+		if changed, finished, err = r.store.changes(id, owner); err != nil {
+			finished = true
+		}
+	}
+	var last uint64
+	track := func(ev api.SandboxEvent) error {
+		last = ev.Seq
+		return fn(ev)
+	}
+	off, err := r.scanEvents(ctx, id, 0, q, track)
+	if err != nil {
+		return err
+	}
+	q.Limit = 0
+	if q.After < last {
+		q.After = last
+	}
+	for !finished {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+		changed, finished, err = r.store.changes(id, owner)
+		if err != nil {
+			finished = true
+		}
+		if off, err = r.scanEvents(ctx, id, off, q, track); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Verify checks sandbox id's record (Store.Verify) for the caller of ctx.
+func (r *Recorder) Verify(ctx context.Context, id string) (api.AuditVerifyResult, error) {
+	if _, _, err := r.access(ctx, id); err != nil {
+		return api.AuditVerifyResult{}, err
+	}
+	return r.store.Verify(id)
+}
+
+// VerifyAll checks the record of every sandbox the caller of ctx sees,
+// deleted ones in their retention included.
+func (r *Recorder) VerifyAll(ctx context.Context) ([]api.AuditVerifyResult, error) {
+	ids, err := r.store.IDs()
+	if err != nil {
+		return nil, err
+	}
+	p := tenant.From(ctx)
+	out := []api.AuditVerifyResult{}
+	for _, id := range ids {
+		info, err := r.store.Info(id)
+		if err != nil || !p.Sees(info.Owner) {
+			continue
+		}
+		res, err := r.store.Verify(id)
+		if err != nil {
+			return nil, fmt.Errorf("verifying the record of %s: %w", id, err)
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
