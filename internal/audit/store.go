@@ -383,25 +383,35 @@ func (s *Store) Flush() error {
 // dropped events are reported, the head signed and the record marked
 // deleted; it is removed after the retention period (Sweep).
 func (s *Store) Finish(id string) error {
-	s.mu.Lock()
-	c := s.chains[id]
-	delete(s.chains, id)
-	s.mu.Unlock()
 	dir, err := s.sandboxDir(id)
 	if err != nil {
 		return err
 	}
-	if c != nil {
-		c.mu.Lock()
-		err = s.flushLocked(c)
-		c.finishLocked()
-		c.mu.Unlock()
+	s.mu.Lock()
+	c := s.chains[id]
+	s.mu.Unlock()
+	if c == nil {
+		if _, err := os.Stat(dir); err != nil {
+			return nil // never recorded
+		}
+		return markDeleted(dir)
 	}
-	if _, serr := os.Stat(dir); serr != nil {
-		return err // never recorded
+	c.mu.Lock()
+	err = s.flushLocked(c)
+	// Marked before followers are woken: a reopen then sees it finished.
+	err = errors.Join(err, markDeleted(dir))
+	c.finishLocked()
+	c.mu.Unlock()
+	s.mu.Lock()
+	if s.chains[id] == c {
+		delete(s.chains, id)
 	}
-	werr := os.WriteFile(filepath.Join(dir, "deleted"), []byte(time.Now().UTC().Format(time.RFC3339Nano)), 0o600)
-	return errors.Join(err, werr)
+	s.mu.Unlock()
+	return err
+}
+
+func markDeleted(dir string) error {
+	return os.WriteFile(filepath.Join(dir, "deleted"), []byte(time.Now().UTC().Format(time.RFC3339Nano)), 0o600)
 }
 
 func (c *chain) finishLocked() {
