@@ -552,9 +552,60 @@ class Sandbox:
         q = {"limit": limit} if limit > 0 else None
         return (self._t.call("GET", self._path("/egress"), query=q) or {}).get("records") or []
 
-    def events(self) -> List[Dict[str, Any]]:
-        """Events programs inside sent through the API bridge, oldest first."""
-        return (self._t.call("GET", self._path("/events")) or {}).get("events") or []
+    def events(self, *, types: Optional[Sequence[str]] = None, run: str = "",
+               since: Optional[str] = None, until: Optional[str] = None,
+               after: int = 0, limit: int = 0) -> List[Dict[str, Any]]:
+        """The sandbox's flight record, oldest first (docs/AUDIT.md): runs,
+        the files and packages they changed, network decisions, lifecycle
+        operations and transitions, limit events, and the events programs
+        sent through the API bridge. Filters: types ("run" selects
+        run.started and run.ended), run id, since/until (RFC 3339), events
+        after a sequence number, limit."""
+        q = _event_query(types, run, since, until, after, limit)
+        return (self._t.call("GET", self._path("/events"), query=q) or {}).get("events") or []
+
+    def export_events(self, out: BinaryIO, **filters: Any) -> None:
+        """Write the sandbox's events (filters as for events) to out as
+        JSON lines, one event per line."""
+        q = _event_query(**filters)
+        q["format"] = "jsonl"
+        with self._t.send("GET", self._path("/events"), query=q) as r:
+            for chunk in r.iter_chunks():
+                out.write(chunk)
+
+    def follow_events(self, **filters: Any) -> Iterator[Dict[str, Any]]:
+        """Yield the sandbox's recorded events (filters as for events), then
+        each new one as it is recorded, until the sandbox is deleted (its
+        delete event is the last) or the caller stops iterating."""
+        q = _event_query(**filters)
+        q["follow"] = True
+        q["format"] = "jsonl"
+        with self._t.send("GET", self._path("/events"), query=q) as r:
+            yield from r.events()
+
+    def verify_audit(self) -> Dict[str, Any]:
+        """Check the sandbox's flight record (hash chain and signed heads):
+        {"ok": bool, "events": n, "problem": "..."}; a record that does not
+        verify is ok False, not an exception."""
+        return self._t.call("GET", self._path("/audit/verify")) or {}
+
+
+def _event_query(types: Optional[Sequence[str]] = None, run: str = "", since: Optional[str] = None,
+                 until: Optional[str] = None, after: int = 0, limit: int = 0) -> Dict[str, Any]:
+    q: Dict[str, Any] = {}
+    if types:
+        q["type"] = ",".join(types)
+    if run:
+        q["run"] = run
+    if since:
+        q["since"] = since
+    if until:
+        q["until"] = until
+    if after:
+        q["after"] = after
+    if limit:
+        q["limit"] = limit
+    return q
 
 
 def _fork_req(n: int, labels: Optional[Dict[str, str]], env: Optional[Dict[str, str]]) -> Dict[str, Any]:
