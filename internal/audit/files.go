@@ -120,6 +120,40 @@ func diffListings(before, after listing) []fileChange {
 	return out
 }
 
+// resolveCopyUps corrects changes for overlayfs copy-up: an entry new in
+// the upper dir that the lower layers already had was not created by the
+// run: a file (or link) was modified, a directory only got a new entry
+// (dropped, like every directory change).
+func resolveCopyUps(changes []fileChange, lowers []string) []fileChange {
+	out := changes[:0]
+	for _, c := range changes {
+		if c.change == api.FileCreated && inLowers(lowers, c.rel) {
+			if c.st.mode.IsDir() {
+				continue
+			}
+			c.change = api.FileModified
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// inLowers reports whether any of the lower layers has rel (not as a
+// whiteout).
+func inLowers(lowers []string, rel string) bool {
+	for _, l := range lowers {
+		fi, err := os.Lstat(filepath.Join(l, filepath.FromSlash(rel)))
+		if err != nil {
+			continue
+		}
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode()&fs.ModeCharDevice != 0 && sys.Rdev == 0 {
+			return false
+		}
+		return true
+	}
+	return false
+}
+
 func kindOf(m fs.FileMode) string {
 	switch {
 	case m.IsRegular():

@@ -526,7 +526,7 @@ func (e *execRun) end(final *api.ExecEvent, outcome string, out *recStream) {
 		if upper == e.upper && !rolledBack {
 			after := scanUpper(upper, e.r.scan.Entries)
 			run.FilesTruncated = e.before.truncated || after.truncated
-			changes := diffListings(e.before, after)
+			changes := resolveCopyUps(diffListings(e.before, after), e.lowers)
 			budget := e.r.scan.HashRun
 			for i, c := range changes {
 				if i >= e.r.scan.Events {
