@@ -237,7 +237,17 @@ var opTypes = map[string]string{
 // Execs are recorded by WrapExec; guest calls and attaches are not. A
 // pool's hidden sandbox is recorded from its hand-out on.
 func (r *Recorder) Observe(ctx context.Context, op sandbox.Op) {
-	if op.Hidden || op.Sandbox == "" {
+	if op.Sandbox == "" {
+		return
+	}
+	if op.Hidden {
+		// A pool's housekeeping is not recorded; a discarded hidden
+		// sandbox's record (its set-up's runs) is finished like any.
+		if op.Kind == sandbox.OpDelete {
+			if err := r.store.Finish(op.Sandbox); err != nil {
+				r.log.WarnContext(ctx, "audit: finishing the record of a deleted sandbox", "sandbox", op.Sandbox, "err", err)
+			}
+		}
 		return
 	}
 	ev := api.SandboxEvent{Time: op.At.UTC(), SandboxID: op.Sandbox, Detail: op.Detail}
