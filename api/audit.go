@@ -35,6 +35,10 @@ const (
 	EventUpgrade          = "upgrade"
 	EventSaveTemplate     = "save_template"
 	EventDeleteCheckpoint = "delete_checkpoint"
+	// A call through the files and processes API that changed something
+	// (Detail: "writing /path", "removing /path", "signalling process
+	// 12", ...).
+	EventGuestCall = "guest_call"
 	// Events were not recorded because the sandbox's record reached its
 	// bound (Dropped).
 	EventDropped = "dropped"

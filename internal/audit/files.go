@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentbox/agentbox/api"
 )
 
@@ -34,7 +36,7 @@ type scanLimits struct {
 	HashRun  int64 // bytes hashed per run
 }
 
-var defaultScanLimits = scanLimits{Entries: 50_000, Events: 1000, HashFile: 16 << 20, HashRun: 128 << 20}
+var defaultScanLimits = scanLimits{Entries: 20_000, Events: 1000, HashFile: 16 << 20, HashRun: 128 << 20}
 
 // fileState is what a listing keeps of one entry.
 type fileState struct {
@@ -53,38 +55,87 @@ type listing struct {
 	truncated bool
 }
 
-// scanUpper lists upper (a missing directory lists empty).
+// scanUpper lists upper (a missing directory lists empty). It walks with
+// directory file descriptors (openat, fstatat), never following a link
+// and never resolving a path from the root again.
 func scanUpper(upper string, max int) listing {
 	l := listing{files: map[string]fileState{}}
 	if upper == "" {
 		return l
 	}
-	_ = filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == upper {
-			return nil
-		}
-		if len(l.files) >= max {
-			l.truncated = true
-			return filepath.SkipAll
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		rel, err := filepath.Rel(upper, p)
-		if err != nil {
-			return nil
-		}
-		st := fileState{mode: fi.Mode(), size: fi.Size(), mtime: fi.ModTime().UnixNano()}
-		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-			st.ctime = sys.Ctim.Nano()
-			st.ino = sys.Ino
-			st.whiteout = fi.Mode()&fs.ModeCharDevice != 0 && sys.Rdev == 0
-		}
-		l.files[filepath.ToSlash(rel)] = st
-		return nil
-	})
+	fd, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return l
+	}
+	l.walk(fd, "", max)
 	return l
+}
+
+// walk lists the directory open as fd (closed here), whose path relative
+// to the upper dir is rel ("" for the top).
+func (l *listing) walk(fd int, rel string, max int) {
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	for {
+		names, err := f.Readdirnames(256)
+		for _, name := range names {
+			if len(l.files) >= max {
+				l.truncated = true
+				return
+			}
+			var st unix.Stat_t
+			if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				continue
+			}
+			p := name
+			if rel != "" {
+				p = rel + "/" + name
+			}
+			mode := fileMode(st.Mode)
+			l.files[p] = fileState{mode: mode, size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ino: st.Ino,
+				whiteout: mode&fs.ModeCharDevice != 0 && st.Rdev == 0}
+			if mode.IsDir() {
+				if sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+					l.walk(sub, p, max)
+					if l.truncated {
+						return
+					}
+				}
+			}
+		}
+		if err != nil || len(names) == 0 {
+			return
+		}
+	}
+}
+
+// fileMode converts a stat mode to an fs.FileMode.
+func fileMode(m uint32) fs.FileMode {
+	mode := fs.FileMode(m & 0o777)
+	switch m & unix.S_IFMT {
+	case unix.S_IFDIR:
+		mode |= fs.ModeDir
+	case unix.S_IFLNK:
+		mode |= fs.ModeSymlink
+	case unix.S_IFCHR:
+		mode |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		mode |= fs.ModeDevice
+	case unix.S_IFIFO:
+		mode |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		mode |= fs.ModeSocket
+	}
+	if m&unix.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if m&unix.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if m&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
 }
 
 // fileChange is one path that differs between two listings.

@@ -13,11 +13,8 @@ package audit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"log/slog"
 	"sync"
 	"time"
@@ -25,7 +22,6 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/tenant"
@@ -63,12 +59,16 @@ type Recorder struct {
 
 	stop chan struct{}
 	done chan struct{}
+	// wg counts the goroutines recording runs' effects (exec.go).
+	wg sync.WaitGroup
 
-	// mu guards live.
+	// mu guards live and fs.
 	mu sync.Mutex
 	// live are the foreground runs in progress, by sandbox id, then run
 	// id (egress attribution: LiveRun).
 	live map[string]map[string]bool
+	// fs is each sandbox's writable layer between runs (exec.go).
+	fs map[string]*fsState
 }
 
 var (
@@ -90,7 +90,7 @@ func New(cfg Config) *Recorder {
 		cfg.SweepEvery = time.Hour
 	}
 	r := &Recorder{cfg: cfg, store: cfg.Store, log: cfg.Logger, scan: defaultScanLimits,
-		stop: make(chan struct{}), done: make(chan struct{}), live: map[string]map[string]bool{}}
+		stop: make(chan struct{}), done: make(chan struct{}), live: map[string]map[string]bool{}, fs: map[string]*fsState{}}
 	go r.loop()
 	return r
 }
@@ -114,6 +114,7 @@ func (r *Recorder) Close() error {
 	}
 	close(r.stop)
 	<-r.done
+	r.wg.Wait()
 	return r.store.Close()
 }
 
@@ -233,24 +234,26 @@ var opTypes = map[string]string{
 }
 
 // Observe implements sandbox.Observer: transitions, the core's events
-// (OOM kills) and the operations on a sandbox as a whole are recorded.
-// Execs are recorded by WrapExec; guest calls and attaches are not. A
-// pool's hidden sandbox is recorded from its hand-out on.
+// (OOM kills), the operations on a sandbox as a whole and the guest calls
+// that change something (file writes, stdin, signals) are recorded. Execs
+// are recorded by WrapExec; reads are not. A pool's hidden sandbox is
+// recorded from its hand-out on. Observe never blocks: an event that
+// must follow a run's effects still being recorded is queued behind them.
 func (r *Recorder) Observe(ctx context.Context, op sandbox.Op) {
-	if op.Sandbox == "" {
+	id := op.Sandbox
+	if id == "" {
 		return
 	}
+	ctx = context.WithoutCancel(ctx)
 	if op.Hidden {
 		// A pool's housekeeping is not recorded; a discarded hidden
 		// sandbox's record (its set-up's runs) is finished like any.
 		if op.Kind == sandbox.OpDelete {
-			if err := r.store.Finish(op.Sandbox); err != nil {
-				r.log.WarnContext(ctx, "audit: finishing the record of a deleted sandbox", "sandbox", op.Sandbox, "err", err)
-			}
+			r.after(id, func() { r.finish(ctx, id) })
 		}
 		return
 	}
-	ev := api.SandboxEvent{Time: op.At.UTC(), SandboxID: op.Sandbox, Detail: op.Detail}
+	ev := api.SandboxEvent{Time: op.At.UTC(), SandboxID: id, Detail: op.Detail}
 	if op.Err != nil {
 		ev.Error = op.Err.Error()
 	}
@@ -262,6 +265,7 @@ func (r *Recorder) Observe(ctx context.Context, op sandbox.Op) {
 		if op.Transition == nil {
 			return
 		}
+		r.invalidate(id)
 		t := *op.Transition
 		ev.Type, ev.Transition, ev.Cause, ev.Detail = api.EventTransition, &t, t.Cause, ""
 		if !t.At.IsZero() {
@@ -271,24 +275,74 @@ func (r *Recorder) Observe(ctx context.Context, op sandbox.Op) {
 		if op.Event == nil {
 			return
 		}
-		e := *op.Event
-		e.Seq = 0
-		r.record(ctx, op.Tenant, e)
-		return
+		ev = *op.Event
+		ev.Seq = 0
+	case sandbox.OpGuestCall:
+		if readOnlyGuestCall(op.Detail) {
+			return
+		}
+		r.invalidate(id)
+		ev.Type = api.EventGuestCall
+	case sandbox.OpStartProcess, sandbox.OpExec, sandbox.OpAttach:
+		return // WrapExec's
 	default:
 		t, ok := opTypes[op.Kind]
 		if !ok {
 			return
 		}
+		r.invalidate(id)
 		ev.Type = t
 	}
-	r.record(ctx, op.Tenant, ev)
-	if op.Kind == sandbox.OpDelete {
-		// The last event of a deleted sandbox: its record is finished and
-		// kept for the retention period.
-		if err := r.store.Finish(op.Sandbox); err != nil {
-			r.log.WarnContext(ctx, "audit: finishing the record of a deleted sandbox", "sandbox", op.Sandbox, "err", err)
+	r.after(id, func() {
+		r.record(ctx, op.Tenant, ev)
+		if op.Kind == sandbox.OpDelete {
+			r.finish(ctx, id)
 		}
+	})
+}
+
+// finish ends deleted sandbox id's record: the delete was its last event;
+// it is kept for the retention period.
+func (r *Recorder) finish(ctx context.Context, id string) {
+	if err := r.store.Finish(id); err != nil {
+		r.log.WarnContext(ctx, "audit: finishing the record of a deleted sandbox", "sandbox", id, "err", err)
+	}
+	r.mu.Lock()
+	delete(r.fs, id)
+	delete(r.live, id)
+	r.mu.Unlock()
+}
+
+// after runs fn, which records events of sandbox id, once the effects of
+// its ended runs are recorded: at once when none is pending, else on a
+// goroutine queued behind them.
+func (r *Recorder) after(id string, fn func()) {
+	st := r.fsOf(id)
+	st.mu.Lock()
+	prev := st.pending
+	if prev == nil || closed(prev) {
+		st.mu.Unlock()
+		fn()
+		return
+	}
+	done := make(chan struct{})
+	st.pending = done
+	st.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(done)
+		<-prev
+		fn()
+	}()
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -300,14 +354,14 @@ func (r *Recorder) Egress(rec api.EgressRecord) {
 		rec.RunID = r.LiveRun(rec.SandboxID)
 	}
 	ev := api.SandboxEvent{Time: rec.Time.UTC(), SandboxID: rec.SandboxID, RunID: rec.RunID, Type: api.EventNetwork, Egress: &rec}
-	r.recordFor(context.Background(), ev)
+	r.after(rec.SandboxID, func() { r.recordFor(context.Background(), ev) })
 }
 
 // Bridge records an event a program sent through the API bridge
 // (sandboxevents.Config.OnRecord), already redacted and verified.
 func (r *Recorder) Bridge(ev api.SandboxEvent) {
 	ev.Seq = 0
-	r.recordFor(context.Background(), ev)
+	r.after(ev.SandboxID, func() { r.recordFor(context.Background(), ev) })
 }
 
 // recordFor records ev, looking its sandbox's owner up.
@@ -339,6 +393,13 @@ func (r *Recorder) LiveRun(id string) string {
 	return ""
 }
 
+// liveCount is the number of sandbox id's foreground runs in progress.
+func (r *Recorder) liveCount(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.live[id])
+}
+
 func (r *Recorder) setLive(id, run string, live bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -355,206 +416,14 @@ func (r *Recorder) setLive(id, run string, live bool) {
 	}
 }
 
-// WrapExec implements sandbox.ExecWrapper: it records the run's start
-// (its command, cwd, user and the names of the secrets it was given) and
-// lists the sandbox's writable layer, and follows the run to its end. It
-// never changes req and never fails. It must be registered before the
-// secrets' wrapper (which clears req.Secrets), so that its stream is the
-// outer one and sees the output redacted.
-func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.ExecRequest) (sandbox.ExecRun, error) {
-	id := h.ID()
-	run := sandbox.RunIDFrom(ctx)
-	if run == "" {
-		run = sandbox.NewRunID()
-	}
-	var creds []string
-	for _, s := range req.Secrets {
-		creds = append(creds, s.Name)
-	}
-	mode := "foreground"
-	if req.Background {
-		mode = "background"
-	}
-	cmd := req.Command
-	if cmd == "" {
-		cmd = joinArgs(req.Cmd)
-	}
-	e := &execRun{r: r, h: h, ctx: context.WithoutCancel(ctx), id: id, owner: h.Owner(), run: run,
-		background: req.Background, start: time.Now(), actor: tenant.From(ctx).String()}
-	if !req.Background {
-		e.upper, e.lowers = h.Dirs()
-		e.before = scanUpper(e.upper, r.scan.Entries)
-		e.apkBefore = findAPK(append([]string{e.upper}, e.lowers...))
-		if st, err := h.Stats(ctx); err == nil {
-			e.cpu0, e.haveCPU = st.CPUTime, true
-		}
-		r.setLive(id, run, true)
-	}
-	r.record(ctx, e.owner, api.SandboxEvent{SandboxID: id, RunID: run, Type: api.EventRunStarted, Actor: e.actor,
-		Run: &api.RunEvent{Command: cmd, Cwd: req.Cwd, User: req.User, Mode: mode, Credentials: creds}})
-	return e, nil
-}
-
-func joinArgs(args []string) string {
-	n := 0
-	for _, a := range args {
-		n += len(a) + 1
-	}
-	b := make([]byte, 0, n)
-	for i, a := range args {
-		if i > 0 {
-			b = append(b, ' ')
-		}
-		b = append(b, a...)
-	}
-	return string(b)
-}
-
-// execRun follows one process (sandbox.ExecRun).
-type execRun struct {
-	r          *Recorder
-	h          *sandbox.Handle
-	ctx        context.Context
-	id, owner  string
-	run, actor string
-	background bool
-	start      time.Time
-
-	upper     string
-	lowers    []string
-	before    listing
-	apkBefore map[string]string
-	cpu0      time.Duration
-	haveCPU   bool
-}
-
-// Abort implements sandbox.ExecRun.
-func (e *execRun) Abort() {
-	e.end(nil, "not_started", nil)
-}
-
-// Started implements sandbox.ExecRun.
-func (e *execRun) Started(_ int, s execstream.Stream) execstream.Stream {
-	if s == nil || e.background {
-		return nil
-	}
-	return &recStream{Stream: s, e: e, sum: sha256.New()}
-}
-
-// recStream passes a foreground exec's events through, digesting its
-// output, and records the run's end at its final event (or when it is
-// closed before one).
-type recStream struct {
-	execstream.Stream
-	e       *execRun
-	sum     hash.Hash
-	n       int64
-	excerpt []byte
-	trimmed bool
-	once    sync.Once
-}
-
-func (t *recStream) Next() (api.ExecEvent, error) {
-	ev, err := t.Stream.Next()
-	if err != nil {
-		t.once.Do(func() { t.e.end(nil, "abandoned", t) })
-		return ev, err
-	}
-	if (ev.Type == api.EventStdout || ev.Type == api.EventStderr) && len(ev.Data) > 0 {
-		t.sum.Write(ev.Data)
-		t.n += int64(len(ev.Data))
-		room := maxExcerpt - len(t.excerpt)
-		if len(ev.Data) > room {
-			t.trimmed = true
-		}
-		if room > 0 {
-			t.excerpt = append(t.excerpt, ev.Data[:min(room, len(ev.Data))]...)
-		}
-	}
-	if execstream.Final(ev) {
-		t.once.Do(func() { t.e.end(&ev, "", t) })
-	}
-	return ev, nil
-}
-
-func (t *recStream) Close() error {
-	t.once.Do(func() { t.e.end(nil, "abandoned", t) })
-	return t.Stream.Close()
-}
-
-// outcomeOf classifies a final event like the metrics do.
-func outcomeOf(ev api.ExecEvent) string {
-	switch {
-	case ev.Type == api.EventError:
-		return "error"
-	case ev.OOMKilled:
-		return "oom"
-	case ev.TimedOut:
-		return "timeout"
-	case ev.Signal != "":
-		return "signal"
-	case ev.ExitCode != nil && *ev.ExitCode == 0:
-		return "ok"
-	default:
-		return "nonzero"
-	}
-}
-
-// end records the run's end (final is its final event, nil when there
-// is none; outcome then says why) and, for a foreground run, the files
-// and packages it changed.
-func (e *execRun) end(final *api.ExecEvent, outcome string, out *recStream) {
-	ctx := e.ctx
-	if !e.background {
-		defer e.r.setLive(e.id, e.run, false)
-	}
-	run := &api.RunEvent{DurationMS: float64(time.Since(e.start).Microseconds()) / 1000, Outcome: outcome}
-	ev := api.SandboxEvent{SandboxID: e.id, RunID: e.run, Type: api.EventRunEnded, Actor: e.actor, Run: run}
-	if final != nil {
-		run.Outcome = outcomeOf(*final)
-		run.ExitCode, run.Signal, run.TimedOut, run.OOMKilled = final.ExitCode, final.Signal, final.TimedOut, final.OOMKilled
-		if final.Error != nil {
-			ev.Error = final.Error.Message
-		}
-	}
-	if out != nil {
-		run.OutputBytes = out.n
-		run.OutputSHA256 = hex.EncodeToString(out.sum.Sum(nil))
-		run.Excerpt = string(out.excerpt)
-		run.ExcerptTrimmed = out.trimmed
-	}
-	if e.haveCPU {
-		if st, err := e.h.Stats(ctx); err == nil && st.CPUTime >= e.cpu0 {
-			run.CPUSeconds = (st.CPUTime - e.cpu0).Seconds()
-		}
-	}
-	var files []api.FileEvent
-	var pkgs []api.PackageEvent
-	if outcome != "not_started" && !e.background {
-		upper, _ := e.h.Dirs()
-		rolledBack := final != nil && final.RolledBack
-		if upper == e.upper && !rolledBack {
-			after := scanUpper(upper, e.r.scan.Entries)
-			run.FilesTruncated = e.before.truncated || after.truncated
-			changes := resolveCopyUps(diffListings(e.before, after), e.lowers)
-			budget := e.r.scan.HashRun
-			for i, c := range changes {
-				if i >= e.r.scan.Events {
-					run.FilesOmitted = len(changes) - i
-					break
-				}
-				files = append(files, fileEvent(upper, c, e.r.scan, &budget))
-			}
-			pkgs = packageChanges(upper, changes, e.apkBefore)
-		}
-	}
-	e.r.record(ctx, e.owner, ev)
-	now := time.Now().UTC()
-	for i := range files {
-		e.r.record(ctx, e.owner, api.SandboxEvent{Time: now, SandboxID: e.id, RunID: e.run, Type: api.EventFileChanged, Actor: e.actor, File: &files[i]})
-	}
-	for i := range pkgs {
-		e.r.record(ctx, e.owner, api.SandboxEvent{Time: now, SandboxID: e.id, RunID: e.run, Type: api.EventPackage, Actor: e.actor, Package: &pkgs[i]})
+// settle waits until what sandbox id's ended runs did is recorded, so a
+// query made after a run's exit sees its effects.
+func (r *Recorder) settle(ctx context.Context, id string) {
+	r.mu.Lock()
+	st := r.fs[id]
+	r.mu.Unlock()
+	if st != nil {
+		st.waitPending(ctx)
 	}
 }
 
@@ -582,6 +451,7 @@ func (r *Recorder) Events(ctx context.Context, id string, q api.EventQuery) ([]a
 	if _, _, err := r.access(ctx, id); err != nil {
 		return nil, err
 	}
+	r.settle(ctx, id)
 	out := []api.SandboxEvent{}
 	_, err := r.scanEvents(ctx, id, 0, q, func(ev api.SandboxEvent) error {
 		out = append(out, ev)
@@ -679,6 +549,7 @@ func (r *Recorder) Verify(ctx context.Context, id string) (api.AuditVerifyResult
 	if _, _, err := r.access(ctx, id); err != nil {
 		return api.AuditVerifyResult{}, err
 	}
+	r.settle(ctx, id)
 	return r.store.Verify(id)
 }
 
