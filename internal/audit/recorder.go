@@ -475,6 +475,7 @@ func (r *Recorder) scanEvents(ctx context.Context, id string, off int64, q api.E
 		if err != nil {
 			return err
 		}
+		ev.SandboxID = id
 		if !q.Match(ev) {
 			return nil
 		}

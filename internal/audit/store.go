@@ -509,6 +509,11 @@ func (s *Store) IDs() ([]string, error) {
 // off, in order, and returns the offset after the last complete line. It
 // reads what was written when it started, not what is appended later.
 func (s *Store) scan(id string, off int64, fn func(r record) error) (int64, error) {
+	return s.scanTo(id, off, -1, fn)
+}
+
+// scanTo is scan that stops at byte end (-1: the end of the file).
+func (s *Store) scanTo(id string, off, end int64, fn func(r record) error) (int64, error) {
 	dir, err := s.sandboxDir(id)
 	if err != nil {
 		return off, err
@@ -524,7 +529,11 @@ func (s *Store) scan(id string, off int64, fn func(r record) error) (int64, erro
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return off, err
 	}
-	br := bufio.NewReaderSize(f, 64<<10)
+	var rd io.Reader = f
+	if end >= 0 {
+		rd = io.LimitReader(f, end-off)
+	}
+	br := bufio.NewReaderSize(rd, 64<<10)
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {

@@ -324,3 +324,29 @@ func FuzzDecodeRecord(f *testing.F) {
 		_, _ = decodeEvent(r)
 	})
 }
+
+// Verifying a record while it grows reports no false problem.
+func TestVerifyWhileAppending(t *testing.T) {
+	s := openTestStore(t, Limits{SignEvery: 7})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		appendN(t, s, "sb1", 3000)
+	}()
+	for {
+		select {
+		case <-done:
+			if res := verify(t, s, "sb1"); !res.OK || res.Events != 3000 {
+				t.Fatalf("final: %+v", res)
+			}
+			return
+		default:
+		}
+		if _, err := s.Info("sb1"); err != nil {
+			continue
+		}
+		if res := verify(t, s, "sb1"); !res.OK {
+			t.Fatalf("while appending: %+v", res)
+		}
+	}
+}
