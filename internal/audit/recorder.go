@@ -24,6 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandboxfiles"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -65,8 +66,9 @@ type Recorder struct {
 	// mu guards live and fs.
 	mu sync.Mutex
 	// live are the foreground runs in progress, by sandbox id, then run
-	// id (egress attribution: LiveRun).
-	live map[string]map[string]bool
+	// id, with their process's pid once started (egress attribution:
+	// LiveRun).
+	live map[string]map[string]int
 	// fs is each sandbox's writable layer between runs (exec.go).
 	fs map[string]*fsState
 }
@@ -90,7 +92,7 @@ func New(cfg Config) *Recorder {
 		cfg.SweepEvery = time.Hour
 	}
 	r := &Recorder{cfg: cfg, store: cfg.Store, log: cfg.Logger, scan: defaultScanLimits,
-		stop: make(chan struct{}), done: make(chan struct{}), live: map[string]map[string]bool{}, fs: map[string]*fsState{}}
+		stop: make(chan struct{}), done: make(chan struct{}), live: map[string]map[string]int{}, fs: map[string]*fsState{}}
 	go r.loop()
 	return r
 }
@@ -346,13 +348,10 @@ func closed(c <-chan struct{}) bool {
 	}
 }
 
-// Egress records a decision of the egress proxy (egress.Config.OnRecord).
-// A record without a run is attributed to the sandbox's only foreground
-// run in progress, if there is exactly one (LiveRun).
+// Egress records a decision of the egress proxy (egress.Config.OnRecord),
+// with the run the proxy attributed its connection to (the daemon's
+// egress.Config.RunOf: runsecrets.ActiveRun, then LiveRun).
 func (r *Recorder) Egress(rec api.EgressRecord) {
-	if rec.RunID == "" {
-		rec.RunID = r.LiveRun(rec.SandboxID)
-	}
 	ev := api.SandboxEvent{Time: rec.Time.UTC(), SandboxID: rec.SandboxID, RunID: rec.RunID, Type: api.EventNetwork, Egress: &rec}
 	r.after(rec.SandboxID, func() { r.recordFor(context.Background(), ev) })
 }
@@ -377,21 +376,51 @@ func (r *Recorder) recordFor(ctx context.Context, ev api.SandboxEvent) {
 	r.record(ctx, h.Owner(), ev)
 }
 
-// LiveRun returns the id of sandbox id's only foreground run in progress,
-// or "" when there is none or more than one. Like runsecrets.ActiveRun's
-// it is a label for bookkeeping, never an input to a decision.
-func (r *Recorder) LiveRun(id string) string {
+// LiveRun returns the id of the run a new egress connection of sandbox id
+// is attributed to, or "": the rule of runsecrets.ActiveRun for runs
+// without a token. The sandbox has exactly one foreground run in progress
+// and the guest reports its process as the only one running (a
+// background process beside it makes the connection unattributable). It
+// costs a guest round trip only when exactly one run is in progress.
+// Like ActiveRun's, the label is bookkeeping, never an input to a
+// decision.
+func (r *Recorder) LiveRun(ctx context.Context, id string) string {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	runs := r.live[id]
-	if len(runs) != 1 {
+	var run string
+	var pid int
+	for k, v := range runs {
+		run, pid = k, v
+	}
+	n := len(runs)
+	r.mu.Unlock()
+	if n != 1 || pid == 0 || r.core == nil {
 		return ""
 	}
-	for run := range runs {
-		return run
+	ctx, cancel := context.WithTimeout(ctx, liveRunTimeout)
+	defer cancel()
+	procs, err := sandboxfiles.New(r.core).ListProcesses(ctx, id)
+	if err != nil {
+		return ""
 	}
-	return ""
+	running := 0
+	for _, p := range procs {
+		if !p.Running {
+			continue
+		}
+		running++
+		if p.Pid != pid || running > 1 {
+			return ""
+		}
+	}
+	if running != 1 {
+		return ""
+	}
+	return run
 }
+
+// liveRunTimeout bounds LiveRun's guest round trip.
+const liveRunTimeout = 2 * time.Second
 
 // liveCount is the number of sandbox id's foreground runs in progress.
 func (r *Recorder) liveCount(id string) int {
@@ -400,14 +429,16 @@ func (r *Recorder) liveCount(id string) int {
 	return len(r.live[id])
 }
 
-func (r *Recorder) setLive(id, run string, live bool) {
+// setLive marks run of sandbox id in progress (its process pid; 0 until
+// it started) or, with live false, ended.
+func (r *Recorder) setLive(id, run string, live bool, pid int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if live {
 		if r.live[id] == nil {
-			r.live[id] = map[string]bool{}
+			r.live[id] = map[string]int{}
 		}
-		r.live[id][run] = true
+		r.live[id][run] = pid
 		return
 	}
 	delete(r.live[id], run)

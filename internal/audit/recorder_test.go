@@ -250,13 +250,14 @@ func TestRecorderEgressAndBridge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := rec.LiveRun(sb.ID)
-	if run == "" {
-		t.Fatal("no live run")
-	}
-	rec.Egress(api.EgressRecord{Time: time.Now(), SandboxID: sb.ID, Kind: "connect", Destination: "example.com:443", Decision: api.EgressDenied})
+	var run string
+	sandboxtest.WaitFor(t, "the run's process", func() bool {
+		run = rec.LiveRun(sandboxtest.Context(t), sb.ID)
+		return run != ""
+	})
+	rec.Egress(api.EgressRecord{Time: time.Now(), SandboxID: sb.ID, RunID: run, Kind: "connect", Destination: "example.com:443", Decision: api.EgressDenied})
 	sandboxtest.Drain(t, s)
-	if rec.LiveRun(sb.ID) != "" {
+	if rec.LiveRun(sandboxtest.Context(t), sb.ID) != "" {
 		t.Fatal("run still live after its exit")
 	}
 	rec.Bridge(api.SandboxEvent{Time: time.Now(), SandboxID: sb.ID, RunID: "run_x", Type: api.SandboxEventLog, Message: "hi"})

@@ -227,7 +227,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 			if run := sec.ActiveRun(ctx, id); run != "" {
 				return run
 			}
-			return rec.LiveRun(id)
+			return rec.LiveRun(ctx, id)
 		}
 		onEgress = func(r api.EgressRecord) {
 			mx.Egress(r)
