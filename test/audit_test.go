@@ -293,4 +293,3 @@ func auditCLI(t *testing.T, d *daemon, args ...string) string {
 	}
 	return out
 }
-
