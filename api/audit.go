@@ -54,6 +54,9 @@ type RunEvent struct {
 	// Credentials are the names of the stored secrets put in the run's
 	// environment (never their values).
 	Credentials []string `json:"credentials,omitempty"`
+	// TraceParent is the caller's W3C trace context (the exec request's
+	// traceparent header): the run's span is its child.
+	TraceParent string `json:"traceparent,omitempty"`
 	// Set on run.ended.
 	ExitCode   *int    `json:"exit_code,omitempty"`
 	Signal     string  `json:"signal,omitempty"`

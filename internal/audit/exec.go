@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/tracectx"
 )
 
 // Following runs.
@@ -153,7 +154,7 @@ func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.Exe
 		r.setLive(id, run, true, 0)
 	}
 	r.record(ctx, e.owner, api.SandboxEvent{SandboxID: id, RunID: run, Type: api.EventRunStarted, Actor: e.actor,
-		Run: &api.RunEvent{Command: cmd, Cwd: req.Cwd, User: req.User, Mode: mode, Credentials: creds}})
+		Run: &api.RunEvent{Command: cmd, Cwd: req.Cwd, User: req.User, Mode: mode, Credentials: creds, TraceParent: tracectx.Parent(ctx)}})
 	return e, nil
 }
 
@@ -267,7 +268,7 @@ func outcomeOf(ev api.ExecEvent) string {
 func (e *execRun) end(final *api.ExecEvent, outcome string, out *recStream) {
 	e.r.setLive(e.id, e.run, false, 0)
 	run := &api.RunEvent{DurationMS: msSince(e.start), Outcome: outcome}
-	ev := api.SandboxEvent{SandboxID: e.id, RunID: e.run, Type: api.EventRunEnded, Actor: e.actor, Run: run}
+	ev := api.SandboxEvent{Time: time.Now().UTC(), SandboxID: e.id, RunID: e.run, Type: api.EventRunEnded, Actor: e.actor, Run: run}
 	if final != nil {
 		run.Outcome = outcomeOf(*final)
 		run.ExitCode, run.Signal, run.TimedOut, run.OOMKilled = final.ExitCode, final.Signal, final.TimedOut, final.OOMKilled
@@ -339,12 +340,13 @@ func (e *execRun) effects(ev api.SandboxEvent, rolledBack bool, gen uint64) {
 		}
 		st.mu.Unlock()
 	}
-	e.r.record(ctx, e.owner, ev)
-	now := time.Now().UTC()
+	// The run's effects, then its end: a run is recorded like a span,
+	// its effects its events.
 	for i := range files {
-		e.r.record(ctx, e.owner, api.SandboxEvent{Time: now, SandboxID: e.id, RunID: e.run, Type: api.EventFileChanged, Actor: e.actor, File: &files[i]})
+		e.r.record(ctx, e.owner, api.SandboxEvent{Time: ev.Time, SandboxID: e.id, RunID: e.run, Type: api.EventFileChanged, Actor: e.actor, File: &files[i]})
 	}
 	for i := range pkgs {
-		e.r.record(ctx, e.owner, api.SandboxEvent{Time: now, SandboxID: e.id, RunID: e.run, Type: api.EventPackage, Actor: e.actor, Package: &pkgs[i]})
+		e.r.record(ctx, e.owner, api.SandboxEvent{Time: ev.Time, SandboxID: e.id, RunID: e.run, Type: api.EventPackage, Actor: e.actor, Package: &pkgs[i]})
 	}
+	e.r.record(ctx, e.owner, ev)
 }

@@ -40,7 +40,18 @@ type Config struct {
 	// sandboxes past their retention are removed (default 1 h).
 	FlushEvery time.Duration
 	SweepEvery time.Duration
-	Logger     *slog.Logger
+	// Sinks receive every event recorded (an exporter: OpenTelemetry,
+	// internal/auditotel).
+	Sinks  []Sink
+	Logger *slog.Logger
+}
+
+// Sink receives every event once it is stored, redacted, with its
+// sequence number. Events of one sandbox arrive in their order except
+// that events recorded by different goroutines at once (a run's effects,
+// an egress decision) may interleave. Event must return quickly.
+type Sink interface {
+	Event(ev api.SandboxEvent)
 }
 
 // Bounds of what one event records.
@@ -117,7 +128,15 @@ func (r *Recorder) Close() error {
 	close(r.stop)
 	<-r.done
 	r.wg.Wait()
-	return r.store.Close()
+	err := r.store.Close()
+	for _, s := range r.cfg.Sinks {
+		if c, ok := s.(interface{ Close(context.Context) error }); ok {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err = errors.Join(err, c.Close(ctx))
+			cancel()
+		}
+	}
+	return err
 }
 
 func (r *Recorder) loop() {
@@ -161,8 +180,17 @@ func (r *Recorder) record(ctx context.Context, owner string, ev api.SandboxEvent
 		ev.Actor = tenant.From(ctx).String()
 	}
 	r.redact(&ev)
-	if _, err := r.store.Append(owner, ev); err != nil {
+	seq, err := r.store.Append(owner, ev)
+	if err != nil {
 		r.log.WarnContext(ctx, "audit: recording event", "sandbox", ev.SandboxID, "type", ev.Type, "err", err)
+		return
+	}
+	if seq == 0 {
+		return // dropped, counted
+	}
+	ev.Seq = seq
+	for _, s := range r.cfg.Sinks {
+		s.Event(ev)
 	}
 }
 

@@ -260,32 +260,36 @@ func lastHead(dir string) (head, bool) {
 }
 
 // Append records ev (Seq set here) for sandbox ev.SandboxID owned by
-// owner. It never blocks on anything but the sandbox's record's file. An
-// event beyond the sandbox's bound is dropped and counted (see Limits):
-// Append returns false then.
-func (s *Store) Append(owner string, ev api.SandboxEvent) (bool, error) {
+// owner and returns its sequence number. It never blocks on anything but
+// the sandbox's record's file. An event beyond the sandbox's bound is
+// dropped and counted (see Limits): Append returns 0 then.
+func (s *Store) Append(owner string, ev api.SandboxEvent) (uint64, error) {
 	c, err := s.chain(ev.SandboxID, owner)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.finished {
-		return false, fmt.Errorf("audit record of %s is finished: %w", c.id, errdefs.ErrFailedPrecondition)
+		return 0, fmt.Errorf("audit record of %s is finished: %w", c.id, errdefs.ErrFailedPrecondition)
 	}
 	if c.seq >= s.limits.MaxEvents || c.size >= s.limits.MaxBytes-dropReserve {
 		s.dropLocked(c, ev.Time)
-		return false, nil
+		return 0, nil
 	}
+	before := c.seq
 	if err := s.appendLocked(c, ev); err != nil {
-		return false, err
+		return 0, err
+	}
+	if c.seq == before {
+		return 0, nil // dropped: the line did not fit
 	}
 	if c.seq-c.signedSeq >= s.limits.SignEvery || c.signedSeq == 0 {
 		if err := s.signLocked(c); err != nil {
-			return true, err
+			return c.seq, err
 		}
 	}
-	return true, nil
+	return c.seq, nil
 }
 
 func (s *Store) dropLocked(c *chain, t time.Time) {

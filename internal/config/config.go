@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,8 +36,9 @@ const (
 	// EnvSecretsKeyFile and EnvConnectorsFile: see Config.
 	EnvSecretsKeyFile = "AGENTBOX_SECRETS_KEY_FILE"
 	EnvConnectorsFile = "AGENTBOX_CONNECTORS_FILE"
-	// EnvAuditKeyFile: see Config.AuditKeyFile.
+	// EnvAuditKeyFile and EnvOTLPEndpoint: see Config.
 	EnvAuditKeyFile = "AGENTBOX_AUDIT_KEY_FILE"
+	EnvOTLPEndpoint = "AGENTBOX_OTLP_ENDPOINT"
 	// EnvEgressHostsFile, EnvEgressCAFile and EnvEgressPermit: see Config
 	// (the permit list is comma-separated).
 	EnvEgressHostsFile = "AGENTBOX_EGRESS_HOSTS_FILE"
@@ -197,6 +199,11 @@ type Config struct {
 	AuditRetentionSeconds int   `json:"audit_retention_seconds"`
 	AuditMaxBytes         int64 `json:"audit_max_bytes"`
 	AuditDisabled         bool  `json:"audit_disabled,omitempty"`
+	// OTLPEndpoint is the URL of an OpenTelemetry collector's OTLP/HTTP
+	// traces endpoint (e.g. http://127.0.0.1:4318/v1/traces) the flight
+	// recorder exports its events to as traces (internal/auditotel);
+	// empty: no export.
+	OTLPEndpoint string `json:"otlp_endpoint,omitempty"`
 	// ConnectorsFile is a JSON array of API bridge connectors
 	// (internal/bridge.Connector); empty: no connectors.
 	ConnectorsFile string `json:"connectors_file,omitempty"`
@@ -399,6 +406,11 @@ func (c *Config) Validate() error {
 	}
 	if c.AuditRetentionSeconds < 0 || c.AuditRetentionSeconds > maxImplicitCheckpointAge {
 		bad("audit_retention_seconds %d must be between 0 (default) and %d", c.AuditRetentionSeconds, maxImplicitCheckpointAge)
+	}
+	if c.OTLPEndpoint != "" {
+		if u, err := url.Parse(c.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("otlp endpoint %q must be an http or https URL", c.OTLPEndpoint)
+		}
 	}
 	if c.AuditMaxBytes < 0 {
 		bad("audit_max_bytes %d must not be negative (0: default)", c.AuditMaxBytes)

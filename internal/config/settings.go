@@ -71,6 +71,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.AuditRetentionSeconds }},
 	{Key: "audit_max_bytes", Flag: "audit-max-bytes", Usage: "bytes of flight record kept per sandbox; events beyond are counted in a \"dropped\" event",
 		field: func(c *Config) any { return &c.AuditMaxBytes }},
+	{Key: "otlp_endpoint", Flag: "otlp-endpoint", Env: EnvOTLPEndpoint, Usage: "OTLP/HTTP traces URL of an OpenTelemetry collector the flight recorder exports to (a run is a span; e.g. http://127.0.0.1:4318/v1/traces)",
+		field: func(c *Config) any { return &c.OTLPEndpoint }},
 	{Key: "audit_disabled", Flag: "no-audit", Usage: "turn the flight recorder off",
 		field: func(c *Config) any { return &c.AuditDisabled }},
 	{Key: "connectors_file", Flag: "connectors-file", Env: EnvConnectorsFile, Usage: "JSON array of API bridge connectors [{name, url, secret, header, format}]",

@@ -8,12 +8,16 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+
 	"github.com/agentbox/agentbox/internal/audit"
+	"github.com/agentbox/agentbox/internal/auditotel"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/redact"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandboxevents"
+	"github.com/agentbox/agentbox/internal/version"
 )
 
 // openAudit builds the flight recorder (internal/audit) over
@@ -34,7 +38,15 @@ func openAudit(cfg *config.Config, redactor func(id string) *redact.Redactor, lo
 	if err != nil {
 		return nil, err
 	}
-	return audit.New(audit.Config{Store: st, Redactor: redactor, Logger: log}), nil
+	acfg := audit.Config{Store: st, Redactor: redactor, Logger: log}
+	if cfg.OTLPEndpoint != "" {
+		exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(cfg.OTLPEndpoint))
+		if err != nil {
+			return nil, fmt.Errorf("OTLP exporter: %w", err)
+		}
+		acfg.Sinks = append(acfg.Sinks, auditotel.New(exp, version.Version, false))
+	}
+	return audit.New(acfg), nil
 }
 
 // auditAPI serves the events API (httpapi.AuditService) from the flight

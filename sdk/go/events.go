@@ -135,3 +135,13 @@ func (c *Client) VerifyAudit(ctx context.Context) ([]AuditVerifyResult, error) {
 	}
 	return list.Results, nil
 }
+
+type traceParentKey struct{}
+
+// WithTraceParent returns ctx whose requests carry traceparent, a W3C
+// trace context ("00-<trace id>-<span id>-<flags>"): an exec made with it
+// is recorded as a span that is a child of the caller's span, in the
+// daemon's OpenTelemetry export (serve --otlp-endpoint).
+func WithTraceParent(ctx context.Context, traceparent string) context.Context {
+	return context.WithValue(ctx, traceParentKey{}, traceparent)
+}
