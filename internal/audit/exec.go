@@ -151,7 +151,7 @@ func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.Exe
 		if s, err := h.Stats(ctx); err == nil {
 			e.cpu0, e.haveCPU = s.CPUTime, true
 		}
-		r.setLive(id, run, true, 0)
+		r.setLive(id, run, true)
 	}
 	r.record(ctx, e.owner, api.SandboxEvent{SandboxID: id, RunID: run, Type: api.EventRunStarted, Actor: e.actor,
 		Run: &api.RunEvent{Command: cmd, Cwd: req.Cwd, User: req.User, Mode: mode, Credentials: creds, TraceParent: tracectx.Parent(ctx)}})
@@ -185,7 +185,7 @@ type execRun struct {
 // Abort implements sandbox.ExecRun.
 func (e *execRun) Abort() {
 	if !e.background {
-		e.r.setLive(e.id, e.run, false, 0)
+		e.r.setLive(e.id, e.run, false)
 	}
 	e.r.record(e.ctx, e.owner, api.SandboxEvent{SandboxID: e.id, RunID: e.run, Type: api.EventRunEnded, Actor: e.actor,
 		Run: &api.RunEvent{Outcome: "not_started", DurationMS: msSince(e.start)}})
@@ -198,7 +198,7 @@ func (e *execRun) Started(pid int, s execstream.Stream) execstream.Stream {
 	if s == nil || e.background {
 		return nil
 	}
-	e.r.setLive(e.id, e.run, true, pid)
+	e.r.setPid(e.id, e.run, pid)
 	return &recStream{Stream: s, e: e, sum: sha256.New()}
 }
 
@@ -266,7 +266,7 @@ func outcomeOf(ev api.ExecEvent) string {
 // end and effects are recorded by a goroutine the sandbox's next run
 // waits for.
 func (e *execRun) end(final *api.ExecEvent, outcome string, out *recStream) {
-	e.r.setLive(e.id, e.run, false, 0)
+	e.r.setLive(e.id, e.run, false)
 	run := &api.RunEvent{DurationMS: msSince(e.start), Outcome: outcome}
 	ev := api.SandboxEvent{Time: time.Now().UTC(), SandboxID: e.id, RunID: e.run, Type: api.EventRunEnded, Actor: e.actor, Run: run}
 	if final != nil {

@@ -79,7 +79,7 @@ type Recorder struct {
 	// live are the foreground runs in progress, by sandbox id, then run
 	// id, with their process's pid once started (egress attribution:
 	// LiveRun).
-	live map[string]map[string]int
+	live map[string]map[string]*liveRun
 	// fs is each sandbox's writable layer between runs (exec.go).
 	fs map[string]*fsState
 }
@@ -103,7 +103,7 @@ func New(cfg Config) *Recorder {
 		cfg.SweepEvery = time.Hour
 	}
 	r := &Recorder{cfg: cfg, store: cfg.Store, log: cfg.Logger, scan: defaultScanLimits,
-		stop: make(chan struct{}), done: make(chan struct{}), live: map[string]map[string]int{}, fs: map[string]*fsState{}}
+		stop: make(chan struct{}), done: make(chan struct{}), live: map[string]map[string]*liveRun{}, fs: map[string]*fsState{}}
 	go r.loop()
 	return r
 }
@@ -416,17 +416,26 @@ func (r *Recorder) LiveRun(ctx context.Context, id string) string {
 	r.mu.Lock()
 	runs := r.live[id]
 	var run string
-	var pid int
+	var lr *liveRun
 	for k, v := range runs {
-		run, pid = k, v
+		run, lr = k, v
 	}
 	n := len(runs)
 	r.mu.Unlock()
-	if n != 1 || pid == 0 || r.core == nil {
+	if n != 1 || r.core == nil {
 		return ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, liveRunTimeout)
 	defer cancel()
+	// The process may connect before the exec call returned its pid.
+	select {
+	case <-lr.started:
+	case <-ctx.Done():
+		return ""
+	}
+	r.mu.Lock()
+	pid := lr.pid
+	r.mu.Unlock()
 	procs, err := sandboxfiles.New(r.core).ListProcesses(ctx, id)
 	if err != nil {
 		return ""
@@ -447,6 +456,12 @@ func (r *Recorder) LiveRun(ctx context.Context, id string) string {
 	return run
 }
 
+// liveRun is a foreground run in progress.
+type liveRun struct {
+	pid     int           // its process, once started; guarded by Recorder.mu
+	started chan struct{} // closed when pid is set
+}
+
 // liveRunTimeout bounds LiveRun's guest round trip.
 const liveRunTimeout = 2 * time.Second
 
@@ -457,21 +472,31 @@ func (r *Recorder) liveCount(id string) int {
 	return len(r.live[id])
 }
 
-// setLive marks run of sandbox id in progress (its process pid; 0 until
-// it started) or, with live false, ended.
-func (r *Recorder) setLive(id, run string, live bool, pid int) {
+// setLive marks run of sandbox id in progress or, with live false,
+// ended.
+func (r *Recorder) setLive(id, run string, live bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if live {
 		if r.live[id] == nil {
-			r.live[id] = map[string]int{}
+			r.live[id] = map[string]*liveRun{}
 		}
-		r.live[id][run] = pid
+		r.live[id][run] = &liveRun{started: make(chan struct{})}
 		return
 	}
 	delete(r.live[id], run)
 	if len(r.live[id]) == 0 {
 		delete(r.live, id)
+	}
+}
+
+// setPid records the process of run of sandbox id.
+func (r *Recorder) setPid(id, run string, pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if lr := r.live[id][run]; lr != nil && lr.pid == 0 && pid > 0 {
+		lr.pid = pid
+		close(lr.started)
 	}
 }
 
