@@ -330,7 +330,7 @@ func (e *execRun) effects(ev api.SandboxEvent, rolledBack bool, gen uint64) {
 		apk := e.apkBefore
 		for _, c := range changes {
 			if c.rel == apkDB {
-				apk = readAPK(upper + "/" + apkDB)
+				apk = readAPK(upper, apkDB)
 			}
 		}
 		st := e.st

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
 // Files changed by a run are computed on the host from the sandbox's
@@ -233,18 +235,17 @@ func fileEvent(upper string, c fileChange, lim scanLimits, budget *int64) api.Fi
 	if ev.Mode == "0" {
 		ev.Mode = "0000"
 	}
-	p := filepath.Join(upper, filepath.FromSlash(c.rel))
 	switch {
 	case c.st.mode.IsRegular():
 		ev.Size = c.st.size
 		if c.st.size <= lim.HashFile && c.st.size <= *budget {
-			if sum, n, ok := hashFile(p, lim.HashFile); ok {
+			if sum, n, ok := hashFile(upper, c.rel, lim.HashFile); ok {
 				ev.SHA256 = sum
 				*budget -= n
 			}
 		}
 	case c.st.mode&fs.ModeSymlink != 0:
-		if t, err := os.Readlink(p); err == nil {
+		if t, err := readlinkBeneath(upper, c.rel); err == nil {
 			ev.Target = t
 		}
 	}
@@ -261,10 +262,9 @@ func fmtOctal(v uint32) string {
 	return string(b)
 }
 
-// hashFile hashes up to max bytes of regular file p, never following a
-// link (the upper dir is the sandbox's: it may hold anything).
-func hashFile(p string, max int64) (string, int64, bool) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// hashFile hashes up to max bytes of regular file rel below root.
+func hashFile(root, rel string, max int64) (string, int64, bool) {
+	f, err := openBeneath(root, rel)
 	if err != nil {
 		return "", 0, false
 	}
@@ -279,6 +279,64 @@ func hashFile(p string, max int64) (string, int64, bool) {
 		return "", n, false
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, true
+}
+
+// openBeneath opens rel (slash-separated, relative) below directory root
+// for reading without following a symbolic link in any component: the
+// upper dir is the sandbox's, and a process inside may swap a directory
+// for a link to a host path at any moment, so a path is never resolved
+// by the host's kernel in one go. The last component is opened
+// non-blocking (a fifo does not hang the recorder).
+func openBeneath(root, rel string) (*os.File, error) {
+	dir, base, err := openParentBeneath(root, rel)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dir)
+	fd, err := unix.Openat(dir, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// openParentBeneath opens the directory holding rel below root the same
+// way and returns it with rel's last component.
+func openParentBeneath(root, rel string) (int, string, error) {
+	parts := strings.Split(rel, "/")
+	for _, p := range parts {
+		if p == "" || p == "." || p == ".." {
+			return -1, "", fmt.Errorf("path %q is not clean and relative: %w", rel, errdefs.ErrInvalidArgument)
+		}
+	}
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", err
+	}
+	for _, p := range parts[:len(parts)-1] {
+		next, err := unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, "", err
+		}
+		fd = next
+	}
+	return fd, parts[len(parts)-1], nil
+}
+
+// readlinkBeneath reads symlink rel below root (see openBeneath).
+func readlinkBeneath(root, rel string) (string, error) {
+	dir, base, err := openParentBeneath(root, rel)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(dir)
+	buf := make([]byte, 4096)
+	n, err := unix.Readlinkat(dir, base, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }
 
 // Package databases, as paths in the sandbox's filesystem.
@@ -315,7 +373,7 @@ func packageChanges(upper string, changes []fileChange, apkBefore map[string]str
 			ev := api.PackageEvent{Manager: "dpkg", Name: name, Action: action(c)}
 			if ev.Action == "installed" {
 				if dpkgVersions == nil {
-					dpkgVersions = readDpkgStatus(filepath.Join(upper, dpkgStatus))
+					dpkgVersions = readDpkgStatus(upper, dpkgStatus)
 				}
 				ev.Version = dpkgVersions[name]
 			}
@@ -335,7 +393,7 @@ func packageChanges(upper string, changes []fileChange, apkBefore map[string]str
 			}
 			ev := api.PackageEvent{Manager: "npm", Name: name, Action: action(c)}
 			if ev.Action == "installed" {
-				ev.Version = readNpmVersion(filepath.Join(upper, filepath.FromSlash(c.rel)))
+				ev.Version = readNpmVersion(upper, c.rel)
 			}
 			out = append(out, ev)
 		case c.rel == apkDB:
@@ -343,7 +401,7 @@ func packageChanges(upper string, changes []fileChange, apkBefore map[string]str
 		}
 	}
 	if apkChanged {
-		after := readAPK(filepath.Join(upper, apkDB))
+		after := readAPK(upper, apkDB)
 		out = append(out, diffPackages("apk", apkBefore, after)...)
 	}
 	return out
@@ -372,8 +430,10 @@ func npmGlobalName(rel string) (string, bool) {
 // maxDBFile bounds a package database read.
 const maxDBFile = 16 << 20
 
-func readBounded(p string) []byte {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// readBounded reads up to maxDBFile bytes of regular file rel below root
+// (see openBeneath); nil when it cannot.
+func readBounded(root, rel string) []byte {
+	f, err := openBeneath(root, rel)
 	if err != nil {
 		return nil
 	}
@@ -387,7 +447,7 @@ func readBounded(p string) []byte {
 
 // readDpkgStatus returns the installed packages of a dpkg status file,
 // name to version.
-func readDpkgStatus(p string) map[string]string {
+func readDpkgStatus(root, rel string) map[string]string {
 	out := map[string]string{}
 	var name, ver string
 	var installed bool
@@ -397,7 +457,7 @@ func readDpkgStatus(p string) map[string]string {
 		}
 		name, ver, installed = "", "", false
 	}
-	sc := bufio.NewScanner(bytes.NewReader(readBounded(p)))
+	sc := bufio.NewScanner(bytes.NewReader(readBounded(root, rel)))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -418,8 +478,8 @@ func readDpkgStatus(p string) map[string]string {
 
 // readAPK returns the packages of an apk installed database, name to
 // version (nil when there is none).
-func readAPK(p string) map[string]string {
-	b := readBounded(p)
+func readAPK(root, rel string) map[string]string {
+	b := readBounded(root, rel)
 	if b == nil {
 		return nil
 	}
@@ -466,24 +526,29 @@ func diffPackages(manager string, before, after map[string]string) []api.Package
 // does, or a whiteout hides it).
 func findAPK(dirs []string) map[string]string {
 	for _, d := range dirs {
-		p := filepath.Join(d, apkDB)
-		fi, err := os.Lstat(p)
+		dir, base, err := openParentBeneath(d, apkDB)
 		if err != nil {
 			continue
 		}
-		if !fi.Mode().IsRegular() {
-			return nil
+		var st unix.Stat_t
+		err = unix.Fstatat(dir, base, &st, unix.AT_SYMLINK_NOFOLLOW)
+		unix.Close(dir)
+		if err != nil {
+			continue
 		}
-		return readAPK(p)
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return nil // a whiteout or anything else hides it
+		}
+		return readAPK(d, apkDB)
 	}
 	return nil
 }
 
-func readNpmVersion(p string) string {
+func readNpmVersion(root, rel string) string {
 	var pkg struct {
 		Version string `json:"version"`
 	}
-	if json.Unmarshal(readBounded(p), &pkg) != nil || len(pkg.Version) > 128 {
+	if json.Unmarshal(readBounded(root, rel), &pkg) != nil || len(pkg.Version) > 128 {
 		return ""
 	}
 	return pkg.Version
