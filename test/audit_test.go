@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -292,4 +293,38 @@ func auditCLI(t *testing.T, d *daemon, args ...string) string {
 		t.Fatalf("agentbox %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
+}
+
+// The record survives daemon restarts, a clean one and a crash: the chain
+// continues and verifies.
+func TestFlightRecorderAcrossRestarts(t *testing.T) {
+	d := newDaemon(t)
+	sb := d.create(t, agentbox.SandboxSpec{})
+	mustRun(t, sb, "echo one > /root/one.txt")
+	d.restart(syscall.SIGTERM)
+	mustRun(t, sb, "echo two > /root/two.txt")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A query waits for the run's effects to be recorded: a crash right
+	// after an exit loses them otherwise (docs/AUDIT.md).
+	if _, err := d.client.Sandbox(sb.ID()).QueryEvents(ctx, agentbox.EventQuery{Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	d.restart(syscall.SIGKILL)
+	mustRun(t, sb, "echo three > /root/three.txt")
+	evs, err := d.client.Sandbox(sb.ID()).QueryEvents(ctx, agentbox.EventQuery{Types: []string{api.EventFileChanged}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, ev := range evs {
+		paths = append(paths, ev.File.Path)
+	}
+	if strings.Join(paths, ",") != "/root/one.txt,/root/two.txt,/root/three.txt" {
+		t.Fatalf("files across restarts: %v", paths)
+	}
+	res, err := d.client.Sandbox(sb.ID()).VerifyAudit(ctx)
+	if err != nil || !res.OK {
+		t.Fatalf("verify after restarts: %+v %v", res, err)
+	}
 }
