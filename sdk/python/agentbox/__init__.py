@@ -7,7 +7,13 @@
         result = sb.run("python3 my_analysis.py")
         print(result.stdout)
 
-See docs/PYTHON.md for the reference. AsyncClient is the same on asyncio.
+AsyncClient is the same on asyncio, natively (async def methods over
+asyncio streams)::
+
+    async with AsyncClient().sandbox(template="debian") as sb:
+        result = await sb.run("python3 my_analysis.py")
+
+See docs/PYTHON.md for the reference.
 """
 
 from ._http import API_VERSION, DEFAULT_HOST, ENV_API_KEY, ENV_CA_CERT, ENV_HOST
@@ -18,7 +24,7 @@ from .errors import (REASON_COMMAND_NOT_EXECUTABLE, REASON_COMMAND_NOT_FOUND, Ag
                      InternalError, InvalidArgument, MergeConflict, NotFound,
                      NotImplementedByDaemon, PermissionDenied, QuotaExceeded, StreamTruncated,
                      TooLarge, TransportError, Unauthorized, Unavailable)
-from .ops import sign_hook
+from ._api import sign_hook
 from .sandbox import Process, Result, Sandbox, Secret
 
 __version__ = "0.1.0"

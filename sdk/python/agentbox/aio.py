@@ -1,171 +1,59 @@
-"""AsyncClient: the SDK on asyncio.
+"""AsyncClient: the SDK on asyncio, natively.
 
-Every method of Client, Sandbox and Process is available as a coroutine of
-the same name and arguments on AsyncClient, AsyncSandbox and AsyncProcess.
-Each call runs the synchronous implementation in the loop's default thread
-executor (one connection per call, so calls run concurrently); the event
-loop is never blocked.
+AsyncClient, AsyncSandbox and AsyncProcess have every method of Client,
+Sandbox and Process, with the same names, parameters and results, as
+coroutines (``export_usage`` is an async iterator). They send the same
+requests (built once, in _api.py) over asyncio streams (_aio_http.py): no
+threads, one connection per call, so any number of tasks can run commands
+on one client at once.
 
-Cancellation: cancelling the awaiting task shuts the call's connection down
-at once, so the worker thread is freed and the daemon sees the client go
-(an exec stream's command keeps running in the sandbox, as after any lost
-connection; kill it through a Process handle if needed). ``async with``
-deletes the sandbox on exit, also when the body raised or was cancelled.
-
-Streaming callbacks (on_stdout, on_stderr, on_start, progress) are called
-on the event loop's thread, in order, before the awaited call returns; a
-callback may be a plain function or a coroutine function (then it is
-scheduled as a task).
+Streaming callbacks (on_stdout, on_stderr, on_start, progress) may be plain
+functions or coroutine functions; they are called (and awaited) on the
+loop, in order, before the call returns. Cancelling a task closes its
+call's connection at once: a command it ran keeps running in the sandbox,
+as after any lost connection (give run a timeout, or kill the process).
+``async with client.sandbox(...) as sb`` deletes the sandbox on exit, also
+when the body raised or was cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import inspect
-import socket
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Union
 
-from ._http import _active
-from .client import Client
-from .sandbox import Process, Sandbox
+from . import _api as api
+from ._aio_http import AsyncTransport
+from ._http import Endpoint, env_config
+from ._model import build_done, build_truncated
+from .aio_ops import AsyncOperations
+from .aio_sandbox import AsyncProcess, AsyncSandbox
 
 __all__ = ["AsyncClient", "AsyncSandbox", "AsyncProcess"]
 
-_CALLBACKS = ("on_stdout", "on_stderr", "on_start", "progress")
 
+class _Creating(Awaitable[AsyncSandbox]):
+    """What AsyncClient.sandbox returns: await it for a sandbox, or use it
+    in ``async with``, which deletes the sandbox on exit."""
 
-def _wrap(v: Any) -> Any:
-    if isinstance(v, Sandbox):
-        return AsyncSandbox(v)
-    if isinstance(v, Process):
-        return AsyncProcess(v)
-    if isinstance(v, list) and v and isinstance(v[0], Sandbox):
-        return [AsyncSandbox(s) for s in v]
-    return v
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop, cb: Callable[..., Any]) -> Callable[..., None]:
-    def call(*args: Any) -> None:
-        if inspect.iscoroutinefunction(cb):
-            loop.call_soon_threadsafe(lambda: loop.create_task(cb(*args)))
-        else:
-            loop.call_soon_threadsafe(cb, *args)
-    return call
-
-
-def _shutdown(conns: List[Any]) -> None:
-    for c in list(conns):
-        sock = getattr(c, "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-async def _call(fn: Callable[..., Any], *args: Any, _cancellable: bool = True, **kw: Any) -> Any:
-    loop = asyncio.get_running_loop()
-    for k in _CALLBACKS:
-        if kw.get(k) is not None:
-            kw[k] = _on_loop(loop, kw[k])
-    conns: List[Any] = []
-
-    def run() -> Any:
-        _active.set(conns)
-        return fn(*args, **kw)
-
-    ctx = contextvars.copy_context()
-    fut = loop.run_in_executor(None, functools.partial(ctx.run, run))
-    try:
-        return _wrap(await asyncio.shield(fut) if not _cancellable else await fut)
-    except asyncio.CancelledError:
-        if _cancellable:
-            _shutdown(conns)
-        raise
-
-
-class _Proxy:
-    _sync: Any
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._sync, name)
-        if name.startswith("_") or not callable(attr):
-            return attr
-
-        @functools.wraps(attr)
-        async def method(*args: Any, **kw: Any) -> Any:
-            return await _call(attr, *args, **kw)
-        return method
-
-
-class AsyncProcess(_Proxy):
-    """Process on asyncio: ``await p.attach()``, ``await p.kill()``, ..."""
-
-    def __init__(self, p: Process) -> None:
-        self._sync = p
-        self.pid = p.pid
-        self.info = p.info
-
-    @property
-    def sandbox(self) -> "AsyncSandbox":
-        return AsyncSandbox(self._sync.sandbox)
-
-    def __repr__(self) -> str:
-        return "Async" + repr(self._sync)
-
-
-class AsyncSandbox(_Proxy):
-    """Sandbox on asyncio: ``await sb.run(...)``; ``async with`` deletes it."""
-
-    def __init__(self, sb: Sandbox) -> None:
-        self._sync = sb
-        self.id = sb.id
-
-    @property
-    def info(self) -> Dict[str, Any]:
-        return self._sync.info
-
-    @property
-    def name(self) -> str:
-        return self._sync.name
-
-    @property
-    def state(self) -> str:
-        return self._sync.state
-
-    @property
-    def sync(self) -> Sandbox:
-        """The synchronous Sandbox behind this one."""
-        return self._sync
-
-    def process(self, pid: int) -> AsyncProcess:
-        return AsyncProcess(self._sync.process(pid))
-
-    def __repr__(self) -> str:
-        return "Async" + repr(self._sync)
-
-    async def __aenter__(self) -> "AsyncSandbox":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        # Not cancellable: the sandbox is deleted even when the task was.
-        await _call(self._sync.delete, missing_ok=True, _cancellable=False)
-
-
-class _Creating:
-    """What AsyncClient.sandbox returns: await it, or use it in async with."""
-
-    def __init__(self, client: Client, args: Any, kw: Dict[str, Any]) -> None:
-        self._c, self._args, self._kw = client, args, kw
+    def __init__(self, create: Callable[[], Awaitable[AsyncSandbox]]) -> None:
+        self._create = create
         self._sb: Optional[AsyncSandbox] = None
 
-    def __await__(self) -> Any:
-        return _call(self._c.create, *self._args, **self._kw).__await__()
+    def __await__(self) -> Generator[Any, None, AsyncSandbox]:
+        return self._create().__await__()
 
     async def __aenter__(self) -> AsyncSandbox:
-        self._sb = await _call(self._c.create, *self._args, **self._kw)
+        # Cancelled while the daemon creates it, the sandbox would be made
+        # with no one to delete it: wait for the answer, delete, re-raise.
+        task = asyncio.ensure_future(self._create())
+        try:
+            self._sb = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait([task])
+            if not task.cancelled() and task.exception() is None:
+                await task.result().__aexit__(None, None, None)
+            raise
         return self._sb
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -173,33 +61,167 @@ class _Creating:
             await self._sb.__aexit__(*exc)
 
 
-class AsyncClient(_Proxy):
-    """Client on asyncio; takes Client's arguments (and reads the same
-    environment). Every Client method is a coroutine here::
+class AsyncClient(AsyncOperations):
+    """A client of one agentbox daemon on asyncio; takes Client's arguments
+    and reads the same environment (AGENTBOX_HOST, AGENTBOX_API_KEY,
+    AGENTBOX_CA_CERT)::
 
-        async with AsyncClient().sandbox(template="busybox") as sb:
+        client = AsyncClient()
+        async with client.sandbox(template="busybox") as sb:
             res = await sb.run("echo hi")
+
+    ``timeout`` bounds the connect, each piece of a body sent and each
+    read of a call. Creating an
+    AsyncClient does not contact the daemon; it holds no connection between
+    calls, so there is nothing to close.
     """
 
-    def __init__(self, host: Optional[str] = None, api_key: Optional[str] = None, **kw: Any) -> None:
-        self._sync = Client(host, api_key, **kw)
+    def __init__(self, host: Optional[str] = None, api_key: Optional[str] = None, *,
+                 ca_cert: Optional[str] = None, timeout: Optional[float] = None) -> None:
+        env_host, env_key, env_ca = env_config()
+        ep = Endpoint(host or env_host, env_key if api_key is None else api_key, ca_cert or env_ca)
+        self._t = AsyncTransport(ep, timeout)
 
     @property
     def host(self) -> str:
-        return self._sync.host
-
-    @property
-    def sync(self) -> Client:
-        """The synchronous Client behind this one."""
-        return self._sync
-
-    def sandbox(self, template: Optional[str] = None, **spec: Any) -> _Creating:
-        """Create a sandbox: ``async with client.sandbox(...) as sb`` deletes
-        it on exit; ``sb = await client.sandbox(...)`` does not."""
-        return _Creating(self._sync, (template,), spec)
-
-    def handle(self, id_or_name: str) -> AsyncSandbox:
-        return AsyncSandbox(self._sync.handle(id_or_name))
+        """The daemon address the client was configured with."""
+        return self._t.host
 
     def __repr__(self) -> str:
         return "AsyncClient(host=%r)" % self.host
+
+    def _wrap(self, infos: List[Dict[str, Any]]) -> List[AsyncSandbox]:
+        return [AsyncSandbox(self, i) for i in infos]
+
+    # --- daemon --------------------------------------------------------
+
+    async def health(self) -> bool:
+        """True when the daemon answers and reports itself healthy."""
+        return await self._t.do(api.health())
+
+    async def info(self) -> Dict[str, Any]:
+        """The daemon's version, backend and capabilities."""
+        return await self._t.do(api.info())
+
+    # --- sandboxes -----------------------------------------------------
+
+    async def create(self, template: Optional[str] = None, *, name: Optional[str] = None,
+                     env: Optional[Dict[str, str]] = None, labels: Optional[Dict[str, str]] = None,
+                     resources: Optional[Dict[str, Any]] = None, timeout: Optional[int] = None,
+                     hostname: Optional[str] = None, network: Optional[Dict[str, Any]] = None,
+                     lifecycle: Optional[str] = None, persistent: bool = False,
+                     idle: Optional[Dict[str, Any]] = None, runtime: Optional[str] = None) -> AsyncSandbox:
+        """Create and start a sandbox; returns once it runs (see Client.create)."""
+        return AsyncSandbox(self, await self._t.do(api.create(template, name, env, labels, resources, timeout,
+                                                              hostname, network, lifecycle, persistent, idle,
+                                                              runtime)))
+
+    def sandbox(self, template: Optional[str] = None, **spec: Any) -> _Creating:
+        """Create a sandbox (see create): ``async with client.sandbox(...) as
+        sb`` deletes it on exit, also when the body raises or is cancelled;
+        ``sb = await client.sandbox(...)`` does not."""
+        return _Creating(lambda: self.create(template, **spec))
+
+    async def get(self, id_or_name: str) -> AsyncSandbox:
+        """The sandbox id_or_name; NotFound when there is none."""
+        return AsyncSandbox(self, await self._t.do(api.get(id_or_name)))
+
+    def handle(self, id_or_name: str) -> AsyncSandbox:
+        """A handle on a sandbox without contacting the daemon."""
+        return AsyncSandbox(self, {"id": id_or_name})
+
+    async def list(self, labels: Optional[Dict[str, str]] = None) -> List[AsyncSandbox]:
+        """The sandboxes carrying every label in labels (all when empty)."""
+        return self._wrap(await self._t.do(api.list_sandboxes(labels)))
+
+    # --- checkpoints, diff -------------------------------------------
+
+    async def checkpoint(self, cid: str) -> Dict[str, Any]:
+        """One checkpoint (id or name)."""
+        return await self._t.do(api.checkpoint(cid))
+
+    async def checkpoints(self) -> List[Dict[str, Any]]:
+        """Every checkpoint, oldest first."""
+        return await self._t.do(api.checkpoints())
+
+    async def delete_checkpoint(self, cid: str) -> None:
+        """Delete a checkpoint; Conflict while a sandbox runs on it."""
+        await self._t.do(api.delete_checkpoint(cid))
+
+    async def fork(self, cid: str, n: int = 1, *, labels: Optional[Dict[str, str]] = None,
+                   env: Optional[Dict[str, str]] = None) -> List[AsyncSandbox]:
+        """Create n sandboxes from checkpoint cid."""
+        return self._wrap(await self._t.do(api.fork_checkpoint(cid, n, labels, env)))
+
+    async def diff(self, from_ref: str, to_ref: str, *, unified: bool = False,
+                   include_identity: bool = False) -> Dict[str, Any]:
+        """Compare two filesystem states (see Client.diff)."""
+        return await self._t.do(api.diff(from_ref, to_ref, unified, include_identity))
+
+    # --- templates -----------------------------------------------------
+
+    async def templates(self) -> List[Dict[str, Any]]:
+        """The templates the daemon knows, built or not."""
+        return await self._t.do(api.templates())
+
+    async def template(self, name: str) -> Dict[str, Any]:
+        return await self._t.do(api.template(name))
+
+    async def template_versions(self, name: str) -> List[Dict[str, Any]]:
+        """The saved versions of template name, oldest first."""
+        return await self._t.do(api.template_versions(name))
+
+    async def build_template(self, spec: Union[str, Dict[str, Any]], *, force: bool = False,
+                             progress: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Dict[str, Any]:
+        """Build a template and return it once built (see Client.build_template);
+        progress may be a plain or a coroutine function."""
+        async with await self._t.send(api.build_template(spec, force)) as r:
+            async for ev in r.events():
+                if progress is not None:
+                    res = progress(ev)
+                    if inspect.isawaitable(res):
+                        await res
+                t = build_done(ev)
+                if t is not None:
+                    return t
+            raise build_truncated(r.host, r.op)
+
+    # --- secrets -------------------------------------------------------
+
+    async def set_secret(self, name: str, value: Union[str, bytes]) -> Dict[str, Any]:
+        """Store value under name (write-only: no call returns it)."""
+        return await self._t.do(api.set_secret(name, value))
+
+    async def secrets(self) -> List[Dict[str, Any]]:
+        """The stored secrets' names and times (never values)."""
+        return await self._t.do(api.secrets())
+
+    async def delete_secret(self, name: str) -> None:
+        await self._t.do(api.delete_secret(name))
+
+    # --- tenants and keys (admin) ------------------------------------
+
+    async def tenants(self) -> List[Dict[str, Any]]:
+        return await self._t.do(api.tenants())
+
+    async def create_tenant(self, tenant_id: str, quotas: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        return await self._t.do(api.create_tenant(tenant_id, quotas))
+
+    async def tenant(self, tenant_id: str) -> Dict[str, Any]:
+        return await self._t.do(api.tenant(tenant_id))
+
+    async def update_tenant(self, tenant_id: str, quotas: Dict[str, Any]) -> Dict[str, Any]:
+        return await self._t.do(api.update_tenant(tenant_id, quotas))
+
+    async def delete_tenant(self, tenant_id: str) -> None:
+        await self._t.do(api.delete_tenant(tenant_id))
+
+    async def create_api_key(self, tenant: str = "", scope: str = "", name: str = "") -> Dict[str, Any]:
+        """Mint a key; the answer carries the key itself ("key") once."""
+        return await self._t.do(api.create_api_key(tenant, scope, name))
+
+    async def api_keys(self) -> List[Dict[str, Any]]:
+        return await self._t.do(api.api_keys())
+
+    async def revoke_api_key(self, key_id: str) -> None:
+        await self._t.do(api.revoke_api_key(key_id))

@@ -1,11 +1,12 @@
-"""Client: one agentbox daemon."""
+"""Client: one agentbox daemon (blocking)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
-from . import errors
-from ._http import Transport, env_config, quote
+from . import _api as api
+from ._http import Transport, env_config
+from ._model import build_done, build_truncated
 from .ops import Operations
 from .sandbox import Sandbox
 
@@ -41,15 +42,18 @@ class Client(Operations):
     def __repr__(self) -> str:
         return "Client(host=%r)" % self.host
 
+    def _wrap(self, infos: List[Dict[str, Any]]) -> List[Sandbox]:
+        return [Sandbox(self, i) for i in infos]
+
     # --- daemon --------------------------------------------------------
 
     def health(self) -> bool:
         """True when the daemon answers and reports itself healthy."""
-        return (self._t.call("GET", "/health") or {}).get("status") == "ok"
+        return self._t.do(api.health())
 
     def info(self) -> Dict[str, Any]:
         """The daemon's version, backend and capabilities."""
-        return self._t.call("GET", "/info") or {}
+        return self._t.do(api.info())
 
     # --- sandboxes -----------------------------------------------------
 
@@ -69,17 +73,8 @@ class Client(Operations):
         timeout: hard lifetime in seconds; network: {"mode": "egress",
         "allow": [...]} (see Sandbox.set_network).
         """
-        spec: Dict[str, Any] = {}
-        for k, v in (("template", template), ("name", name), ("env", env), ("labels", labels),
-                     ("resources", resources), ("timeout_seconds", timeout), ("hostname", hostname),
-                     ("network", network), ("idle", idle), ("runtime", runtime)):
-            if v:
-                spec[k] = v
-        if persistent:
-            lifecycle = "persistent"
-        if lifecycle:
-            spec["lifecycle"] = lifecycle
-        return Sandbox(self, self._t.call("POST", "/sandboxes", json_body=spec))
+        return Sandbox(self, self._t.do(api.create(template, name, env, labels, resources, timeout, hostname,
+                                                   network, lifecycle, persistent, idle, runtime)))
 
     def sandbox(self, template: Optional[str] = None, **spec: Any) -> Sandbox:
         """Create a sandbox (see create) for use in a with block, which
@@ -92,7 +87,7 @@ class Client(Operations):
 
     def get(self, id_or_name: str) -> Sandbox:
         """The sandbox id_or_name; NotFound when there is none."""
-        return Sandbox(self, self._t.call("GET", "/sandboxes/" + quote(id_or_name)))
+        return Sandbox(self, self._t.do(api.get(id_or_name)))
 
     def handle(self, id_or_name: str) -> Sandbox:
         """A handle on a sandbox without contacting the daemon."""
@@ -100,58 +95,45 @@ class Client(Operations):
 
     def list(self, labels: Optional[Dict[str, str]] = None) -> List[Sandbox]:
         """The sandboxes carrying every label in labels (all when empty)."""
-        q = {"label": ["%s=%s" % (k, labels[k]) for k in sorted(labels)]} if labels else None
-        out = self._t.call("GET", "/sandboxes", query=q) or {}
-        return [Sandbox(self, i) for i in out.get("sandboxes") or []]
+        return self._wrap(self._t.do(api.list_sandboxes(labels)))
 
     # --- checkpoints, diff -------------------------------------------
 
     def checkpoint(self, cid: str) -> Dict[str, Any]:
         """One checkpoint (id or name)."""
-        return self._t.call("GET", "/checkpoints/" + quote(cid)) or {}
+        return self._t.do(api.checkpoint(cid))
 
     def checkpoints(self) -> List[Dict[str, Any]]:
         """Every checkpoint, oldest first."""
-        return (self._t.call("GET", "/checkpoints") or {}).get("checkpoints") or []
+        return self._t.do(api.checkpoints())
 
     def delete_checkpoint(self, cid: str) -> None:
         """Delete a checkpoint; Conflict while a sandbox runs on it."""
-        self._t.call("DELETE", "/checkpoints/" + quote(cid))
+        self._t.do(api.delete_checkpoint(cid))
 
     def fork(self, cid: str, n: int = 1, *, labels: Optional[Dict[str, str]] = None,
              env: Optional[Dict[str, str]] = None) -> List[Sandbox]:
         """Create n sandboxes from checkpoint cid."""
-        req: Dict[str, Any] = {"count": n}
-        if labels:
-            req["labels"] = labels
-        if env:
-            req["env"] = env
-        res = self._t.call("POST", "/checkpoints/" + quote(cid) + "/fork", json_body=req) or {}
-        return [Sandbox(self, i) for i in res.get("sandboxes") or []]
+        return self._wrap(self._t.do(api.fork_checkpoint(cid, n, labels, env)))
 
     def diff(self, from_ref: str, to_ref: str, *, unified: bool = False,
              include_identity: bool = False) -> Dict[str, Any]:
         """Compare two filesystem states. A ref is "sandbox:<id>",
         "checkpoint:<id|name>", "template:<name>[@<v>]", or a bare id or name."""
-        q: Dict[str, Any] = {"from": from_ref, "to": to_ref}
-        if unified:
-            q["unified"] = True
-        if include_identity:
-            q["include_identity"] = True
-        return self._t.call("GET", "/diff", query=q) or {}
+        return self._t.do(api.diff(from_ref, to_ref, unified, include_identity))
 
     # --- templates -----------------------------------------------------
 
     def templates(self) -> List[Dict[str, Any]]:
         """The templates the daemon knows, built or not."""
-        return (self._t.call("GET", "/templates") or {}).get("templates") or []
+        return self._t.do(api.templates())
 
     def template(self, name: str) -> Dict[str, Any]:
-        return self._t.call("GET", "/templates/" + quote(name)) or {}
+        return self._t.do(api.template(name))
 
     def template_versions(self, name: str) -> List[Dict[str, Any]]:
         """The saved versions of template name, oldest first."""
-        return (self._t.call("GET", "/templates/" + quote(name) + "/versions") or {}).get("versions") or []
+        return self._t.do(api.template_versions(name))
 
     def build_template(self, spec: Union[str, Dict[str, Any]], *, force: bool = False,
                        progress: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Dict[str, Any]:
@@ -163,61 +145,51 @@ class Client(Operations):
         then "done" or "error") as it arrives. A failed build raises the
         APIError of its error event.
         """
-        req: Dict[str, Any] = {"name": spec} if isinstance(spec, str) else {"spec": spec}
-        if force:
-            req["force"] = True
-        with self._t.send("POST", "/templates/build", json_body=req) as r:
+        with self._t.send(api.build_template(spec, force)) as r:
             for ev in r.events():
                 if progress is not None:
                     progress(ev)
-                if ev.get("type") == "done":
-                    return ev.get("template") or {}
-                if ev.get("type") == "error":
-                    raise errors.error_from_event(ev.get("error"))
-            raise errors.StreamTruncated(r.host, r.op, EOFError("build stream ended before its final event"))
+                t = build_done(ev)
+                if t is not None:
+                    return t
+            raise build_truncated(r.host, r.op)
 
     # --- secrets -------------------------------------------------------
 
     def set_secret(self, name: str, value: Union[str, bytes]) -> Dict[str, Any]:
         """Store value under name (write-only: no call returns it)."""
-        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
-        return self._t.call("PUT", "/secrets/" + quote(name), body=data,
-                            content_type="application/octet-stream") or {}
+        return self._t.do(api.set_secret(name, value))
 
     def secrets(self) -> List[Dict[str, Any]]:
         """The stored secrets' names and times (never values)."""
-        return (self._t.call("GET", "/secrets") or {}).get("secrets") or []
+        return self._t.do(api.secrets())
 
     def delete_secret(self, name: str) -> None:
-        self._t.call("DELETE", "/secrets/" + quote(name))
+        self._t.do(api.delete_secret(name))
 
     # --- tenants and keys (admin) ------------------------------------
 
     def tenants(self) -> List[Dict[str, Any]]:
-        return (self._t.call("GET", "/tenants") or {}).get("tenants") or []
+        return self._t.do(api.tenants())
 
     def create_tenant(self, tenant_id: str, quotas: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        req: Dict[str, Any] = {"id": tenant_id}
-        if quotas:
-            req["quotas"] = quotas
-        return self._t.call("POST", "/tenants", json_body=req) or {}
+        return self._t.do(api.create_tenant(tenant_id, quotas))
 
     def tenant(self, tenant_id: str) -> Dict[str, Any]:
-        return self._t.call("GET", "/tenants/" + quote(tenant_id)) or {}
+        return self._t.do(api.tenant(tenant_id))
 
     def update_tenant(self, tenant_id: str, quotas: Dict[str, Any]) -> Dict[str, Any]:
-        return self._t.call("PATCH", "/tenants/" + quote(tenant_id), json_body={"quotas": quotas}) or {}
+        return self._t.do(api.update_tenant(tenant_id, quotas))
 
     def delete_tenant(self, tenant_id: str) -> None:
-        self._t.call("DELETE", "/tenants/" + quote(tenant_id))
+        self._t.do(api.delete_tenant(tenant_id))
 
     def create_api_key(self, tenant: str = "", scope: str = "", name: str = "") -> Dict[str, Any]:
         """Mint a key; the answer carries the key itself ("key") once."""
-        req = {k: v for k, v in (("tenant", tenant), ("scope", scope), ("name", name)) if v}
-        return self._t.call("POST", "/keys", json_body=req) or {}
+        return self._t.do(api.create_api_key(tenant, scope, name))
 
     def api_keys(self) -> List[Dict[str, Any]]:
-        return (self._t.call("GET", "/keys") or {}).get("keys") or []
+        return self._t.do(api.api_keys())
 
     def revoke_api_key(self, key_id: str) -> None:
-        self._t.call("DELETE", "/keys/" + quote(key_id))
+        self._t.do(api.revoke_api_key(key_id))
