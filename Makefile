@@ -37,6 +37,10 @@ bench: build
 	# system, reflink on loop-mounted xfs and btrfs), fork x10 vs one create,
 	# warm-pool claim: Go benchmarks against the real daemon binary.
 	AGENTBOX_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench 'CheckpointDriver|RestoreDriver|ForkTen|CreateOne|PoolClaim' -benchtime 10x -count 1 ./test/
+	# The flight recorder (docs/AUDIT.md): exec round trip with recording
+	# on vs off, events ingested per second, audit verify of 100,000 events.
+	AGENTBOX_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench 'ExecRecording' -benchtime 300x -count 1 ./test/
+	$(GO) test -run '^$$' -bench 'Append|Verify100k|ScanUpper' -count 1 ./internal/audit/
 
 clean:
 	rm -rf bin

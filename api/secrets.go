@@ -60,6 +60,30 @@ type SandboxEvent struct {
 	Value float64 `json:"value,omitempty"`
 	// Attrs are free-form string attributes.
 	Attrs map[string]string `json:"attrs,omitempty"`
+
+	// The fields below are the flight recorder's (api/audit.go): every
+	// event of a sandbox, not only the bridge's, has a sequence number in
+	// the sandbox's hash-chained record and at most one of the structured
+	// parts, as its Type says.
+
+	// Seq numbers the sandbox's recorded events from 1, in order.
+	Seq uint64 `json:"seq,omitempty"`
+	// Tenant owns the sandbox; Actor is who asked for the operation
+	// (tenant, or tenant/key id for a tenant's API key).
+	Tenant string `json:"tenant,omitempty"`
+	Actor  string `json:"actor,omitempty"`
+	// Cause and Detail say why and on what an operation happened (a
+	// transition's cause, a checkpoint's name).
+	Cause  string `json:"cause,omitempty"`
+	Detail string `json:"detail,omitempty"`
+	// Error is how the operation failed ("" when it succeeded).
+	Error      string         `json:"error,omitempty"`
+	Run        *RunEvent      `json:"run,omitempty"`
+	File       *FileEvent     `json:"file,omitempty"`
+	Egress     *EgressRecord  `json:"egress,omitempty"`
+	Package    *PackageEvent  `json:"package,omitempty"`
+	Transition *Transition    `json:"transition,omitempty"`
+	Dropped    *DroppedEvents `json:"dropped,omitempty"`
 }
 
 // SandboxEventList is the body of GET /v1/sandboxes/{id}/events.

@@ -242,9 +242,13 @@ func TestBridge(t *testing.T) {
 	if status(out) != "202" {
 		t.Fatalf("event: %q", out)
 	}
-	evs, err := a.Events(ctx)
+	evs, err := a.QueryEvents(ctx, agentbox.EventQuery{Types: []string{api.SandboxEventMetric}})
 	if err != nil || len(evs) != 1 || evs[0].Name != "tokens" || evs[0].Value != 12 || evs[0].SandboxID != a.ID() || evs[0].RunID == "" {
 		t.Fatalf("events %+v, %v", evs, err)
+	}
+	// The flight recorder links it to the run that sent it.
+	if runs, err := a.QueryEvents(ctx, agentbox.EventQuery{Types: []string{api.EventRunStarted}, Run: evs[0].RunID}); err != nil || len(runs) != 1 {
+		t.Fatalf("the bridge event's run %s: %+v, %v", evs[0].RunID, runs, err)
 	}
 
 	// A live run in A holding a token.

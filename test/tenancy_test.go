@@ -222,7 +222,7 @@ func TestTenantIsolationEveryEndpoint(t *testing.T) {
 	t.Logf("replayed %d routes with tenant B's key", tested)
 
 	// Lists show B nothing of A's.
-	for _, target := range []string{"/v1/sandboxes", "/v1/checkpoints", "/v1/templates", "/v1/secrets", "/v1/schedules", "/v1/hooks", "/v1/runs", "/v1/usage", "/v1/usage/export", "/v1/keys", "/v1/tenants/tenant-b", "/v1/exposures"} {
+	for _, target := range []string{"/v1/sandboxes", "/v1/checkpoints", "/v1/templates", "/v1/secrets", "/v1/schedules", "/v1/hooks", "/v1/runs", "/v1/usage", "/v1/usage/export", "/v1/keys", "/v1/tenants/tenant-b", "/v1/exposures", "/v1/audit/verify"} {
 		st, _, body := rawCall(t, base, keyB.Key, "GET", target, nil)
 		if st != 200 {
 			t.Errorf("GET %s as B: %d %s", target, st, body)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +16,7 @@ import (
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
-func init() { extraCommands = append(extraCommands, secretCmd, eventsCmd) }
+func init() { extraCommands = append(extraCommands, secretCmd) }
 
 // maxSecretInput bounds what secret set reads (the daemon's limit is lower).
 const maxSecretInput = 1 << 20
@@ -142,22 +141,4 @@ func execSecrets(flags []string) ([]api.ExecSecret, error) {
 		out = append(out, api.ExecSecret{Name: name, Env: env})
 	}
 	return out, nil
-}
-
-func eventsCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "events SANDBOX",
-		Short: "Show the events programs inside a sandbox sent through the API bridge",
-		Args:  cobra.ExactArgs(1),
-		RunE: listing[agentbox.SandboxEvent]{
-			fetch: func(ctx context.Context, c *agentbox.Client, args []string) ([]agentbox.SandboxEvent, error) {
-				return c.Sandbox(args[0]).Events(ctx)
-			},
-			doc:    func(evs []agentbox.SandboxEvent) any { return api.SandboxEventList{Events: evs} },
-			header: "TIME\tRUN\tTYPE\tNAME\tVALUE\tMESSAGE",
-			row: func(e agentbox.SandboxEvent) string {
-				return fmt.Sprintf("%s\t%s\t%s\t%s\t%g\t%q", e.Time.Local().Format(time.TimeOnly), e.RunID, e.Type, e.Name, e.Value, e.Message)
-			},
-		}.run,
-	}
 }

@@ -38,6 +38,9 @@ const (
 	// EnvSecretsKeyFile and EnvConnectorsFile: see Config.
 	EnvSecretsKeyFile = "AGENTBOX_SECRETS_KEY_FILE"
 	EnvConnectorsFile = "AGENTBOX_CONNECTORS_FILE"
+	// EnvAuditKeyFile and EnvOTLPEndpoint: see Config.
+	EnvAuditKeyFile = "AGENTBOX_AUDIT_KEY_FILE"
+	EnvOTLPEndpoint = "AGENTBOX_OTLP_ENDPOINT"
 	// EnvEgressHostsFile, EnvEgressCAFile and EnvEgressPermit: see Config
 	// (the permit list is comma-separated).
 	EnvEgressHostsFile = "AGENTBOX_EGRESS_HOSTS_FILE"
@@ -80,6 +83,10 @@ const (
 	DefaultImplicitCheckpointsKeep          = 10
 	DefaultImplicitCheckpointsMaxAgeSeconds = 24 * 60 * 60
 	maxImplicitCheckpointAge                = 10 * 365 * 24 * 60 * 60
+	// The flight recorder keeps a deleted sandbox's record a week and at
+	// most 64 MiB of events per sandbox by default.
+	DefaultAuditRetentionSeconds = 7 * 24 * 60 * 60
+	DefaultAuditMaxBytes         = 64 << 20
 )
 
 // Resources are the default limits of a sandbox that asks for none.
@@ -192,6 +199,23 @@ type Config struct {
 	// SecretsKeyFile holds the master key of the secret store and of run
 	// tokens; it must be outside DataDir. Created (0600) when missing.
 	SecretsKeyFile string `json:"secrets_key_file"`
+	// AuditKeyFile holds the ed25519 key that signs the flight recorder's
+	// chain heads (internal/audit); it must be outside DataDir. Empty:
+	// audit.key beside SecretsKeyFile (AuditKey). Created (0600) when
+	// missing.
+	AuditKeyFile string `json:"audit_key_file,omitempty"`
+	// AuditRetentionSeconds is how long a deleted sandbox's record is
+	// kept; AuditMaxBytes bounds one sandbox's record (events beyond it
+	// are counted in a "dropped" event, not kept). AuditDisabled turns the
+	// flight recorder off.
+	AuditRetentionSeconds int   `json:"audit_retention_seconds"`
+	AuditMaxBytes         int64 `json:"audit_max_bytes"`
+	AuditDisabled         bool  `json:"audit_disabled,omitempty"`
+	// OTLPEndpoint is the URL of an OpenTelemetry collector's OTLP/HTTP
+	// traces endpoint (e.g. http://127.0.0.1:4318/v1/traces) the flight
+	// recorder exports its events to as traces (internal/auditotel);
+	// empty: no export.
+	OTLPEndpoint string `json:"otlp_endpoint,omitempty"`
 	// ConnectorsFile is a JSON array of API bridge connectors
 	// (internal/bridge.Connector); empty: no connectors.
 	ConnectorsFile string `json:"connectors_file,omitempty"`
@@ -270,6 +294,9 @@ func Default() *Config {
 		},
 		SecretsKeyFile: DefaultSecretsKey,
 		Prespawn:       DefaultPrespawn,
+
+		AuditRetentionSeconds: DefaultAuditRetentionSeconds,
+		AuditMaxBytes:         DefaultAuditMaxBytes,
 
 		ImplicitCheckpointsKeep:          DefaultImplicitCheckpointsKeep,
 		ImplicitCheckpointsMaxAgeSeconds: DefaultImplicitCheckpointsMaxAgeSeconds,
@@ -391,6 +418,22 @@ func (c *Config) Validate() error {
 		bad("secrets key file %q must be an absolute path", c.SecretsKeyFile)
 	} else if rel, err := filepath.Rel(c.DataDir, c.SecretsKeyFile); filepath.IsAbs(c.DataDir) && err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
 		bad("secrets key file %q must be outside the data dir", c.SecretsKeyFile)
+	}
+	if k := c.AuditKey(); !filepath.IsAbs(k) {
+		bad("audit key file %q must be an absolute path", k)
+	} else if rel, err := filepath.Rel(c.DataDir, k); filepath.IsAbs(c.DataDir) && err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		bad("audit key file %q must be outside the data dir", k)
+	}
+	if c.AuditRetentionSeconds < 0 || c.AuditRetentionSeconds > maxImplicitCheckpointAge {
+		bad("audit_retention_seconds %d must be between 0 (default) and %d", c.AuditRetentionSeconds, maxImplicitCheckpointAge)
+	}
+	if c.OTLPEndpoint != "" {
+		if u, err := url.Parse(c.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("otlp endpoint %q must be an http or https URL", c.OTLPEndpoint)
+		}
+	}
+	if c.AuditMaxBytes < 0 {
+		bad("audit_max_bytes %d must not be negative (0: default)", c.AuditMaxBytes)
 	}
 	if c.ConnectorsFile != "" && !filepath.IsAbs(c.ConnectorsFile) {
 		bad("connectors file %q must be an absolute path", c.ConnectorsFile)
@@ -651,4 +694,13 @@ func (c *Config) ServicePublicURL() string {
 		scheme = "https"
 	}
 	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// AuditKey is the file of the flight recorder's signing key: AuditKeyFile,
+// or audit.key beside SecretsKeyFile.
+func (c *Config) AuditKey() string {
+	if c.AuditKeyFile != "" {
+		return c.AuditKeyFile
+	}
+	return filepath.Join(filepath.Dir(c.SecretsKeyFile), "audit.key")
 }

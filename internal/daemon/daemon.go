@@ -195,7 +195,21 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	events := sandboxevents.New(sandboxevents.Config{Redactor: sec.Redactor, Logger: log})
+	// The flight recorder (internal/audit) records what every other
+	// feature and the core do; the bridge's events and the egress
+	// proxy's decisions are handed to it.
+	rec, err := openAudit(cfg, sec.Redactor, log)
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil {
+		undo.Add(func() { _ = rec.Close() })
+	}
+	evCfg := sandboxevents.Config{Redactor: sec.Redactor, Logger: log}
+	if rec != nil {
+		evCfg.OnRecord = rec.Bridge
+	}
+	events := sandboxevents.New(evCfg)
 	tun := tunnel.New(log)
 	stopBridge, err := startBridge(cfg, tun, sec, events, log)
 	if err != nil {
@@ -210,7 +224,20 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		StorePath: st.Path(),
 		Logger:    log,
 	})
-	edge, err := setupEgress(cfg, sec.ActiveRun, runsecrets.TenantSecrets{Store: secStore}, mx.Egress, log)
+	runOf, onEgress := sec.ActiveRun, mx.Egress
+	if rec != nil {
+		runOf = func(ctx context.Context, id string) string {
+			if run := sec.ActiveRun(ctx, id); run != "" {
+				return run
+			}
+			return rec.LiveRun(ctx, id)
+		}
+		onEgress = func(r api.EgressRecord) {
+			mx.Egress(r)
+			rec.Egress(r)
+		}
+	}
+	edge, err := setupEgress(cfg, runOf, runsecrets.TenantSecrets{Store: secStore}, onEgress, log)
 	if err != nil {
 		return nil, err
 	}
@@ -261,8 +288,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// extension's hooks when they are made.
 		// Service URLs after them: a deleted sandbox's exposures go
 		// with it, whatever order the others forget it in.
-		// The metrics last: they observe what the others did.
-		Extensions: []sandbox.Extension{sec, events, tun, network, snaps, svcURLs, pools, mx},
+		// The metrics last: they observe what the others did. The flight
+		// recorder, when on, comes before everything: its exec wrapper sees
+		// the secrets' names before runsecrets clears them, and its stream
+		// is the outermost, so it digests the output as redacted.
+		Extensions: extensions(rec, sec, events, tun, network, snaps, svcURLs, pools, mx),
 		NewTemplates: func(runner *sandbox.StepRunner) (_ sandbox.Templates, err error) {
 			// Kept for the template service, built above the core below.
 			tmpl, err = templates.New(templates.Config{
@@ -313,7 +343,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(layerGC, log)
-	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, exposureAPI{svcURLs}, gc, st}
+	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, exposureAPI{svcURLs}, auditAPI{rec, events}, gc, st}
 	// Ready from here on (recovery is done) until Close starts.
 	closing := new(atomic.Bool)
 	handler := httpapi.New(svc, httpapi.Options{
@@ -455,6 +485,7 @@ type service struct {
 	*pipelineAPI
 	*tenantAPI
 	exposureAPI            // service URLs API (serviceurl)
+	auditAPI               // events, export, follow and verify (internal/audit)
 	gc          *collector // background layer collections after deletes
 	// records is the metadata store, whose quarantine of corrupt records
 	// the admin API lists (admin.go).
@@ -465,6 +496,7 @@ var (
 	_ httpapi.Service           = service{}
 	_ httpapi.SecretService     = service{} // runsecrets
 	_ httpapi.EventService      = service{} // sandboxevents
+	_ httpapi.AuditService      = service{} // audit
 	_ httpapi.NetworkService    = service{} // sandboxnet
 	_ httpapi.DiffService       = service{} // snapshot
 	_ httpapi.MergeService      = service{} // snapshot

@@ -20,16 +20,17 @@ import (
 // fakeService implements Service in memory. err, when set, is returned by
 // every method; panicOn names a method that panics.
 type fakeService struct {
-	mu       sync.Mutex
-	err      error
-	panicOn  string
-	calls    []string
-	upload   []byte      // what WriteFile/WriteArchive/WriteStdin read
-	chunks   chan []byte // when set, uploads report each chunk read
-	stream   *fakeStream // returned by Exec/Attach when set
-	progress []api.BuildEvent
-	lastExec api.ExecRequest
-	lastArgs []any
+	mu        sync.Mutex
+	err       error
+	panicOn   string
+	calls     []string
+	lastQuery api.EventQuery // the last AuditEvents query
+	upload    []byte         // what WriteFile/WriteArchive/WriteStdin read
+	chunks    chan []byte    // when set, uploads report each chunk read
+	stream    *fakeStream    // returned by Exec/Attach when set
+	progress  []api.BuildEvent
+	lastExec  api.ExecRequest
+	lastArgs  []any
 }
 
 var _ Service = (*fakeService)(nil)

@@ -111,7 +111,7 @@ func TestSandboxEventsRoute(t *testing.T) {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
 	var list api.SandboxEventList
-	if err := json.Unmarshal(w.Body.Bytes(), &list); err != nil || w.Code != http.StatusOK || len(list.Events) != 1 || list.Events[0].SandboxID != "sb1" {
+	if err := json.Unmarshal(w.Body.Bytes(), &list); err != nil || w.Code != http.StatusOK || len(list.Events) != 2 || list.Events[0].SandboxID != "sb1" {
 		t.Fatalf("events: %d %s", w.Code, w.Body)
 	}
 	if !list.Events[0].Time.Equal(t0) || list.Events[0].Time.Location() != time.UTC {

@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/execstream"
+	"github.com/agentbox/agentbox/internal/tracectx"
 )
 
 // ndjsonWriter writes one JSON object per line and flushes after each, so
@@ -78,15 +79,19 @@ func (h *handler) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := validExec(&req); err != nil {
 		return err
 	}
+	// A caller's W3C trace context: the run's span (flight recorder,
+	// OpenTelemetry export) becomes a child of it. A malformed one is
+	// ignored, as the W3C spec asks.
+	ctx := tracectx.WithParent(r.Context(), r.Header.Get("traceparent"))
 	if req.Background {
-		p, err := h.svc.StartProcess(r.Context(), id, req)
+		p, err := h.svc.StartProcess(ctx, id, req)
 		if err != nil {
 			return err
 		}
 		writeJSON(w, http.StatusCreated, p)
 		return nil
 	}
-	stream, err := h.svc.Exec(r.Context(), id, req)
+	stream, err := h.svc.Exec(ctx, id, req)
 	if err != nil {
 		return err
 	}

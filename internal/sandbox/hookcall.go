@@ -205,6 +205,11 @@ type execChain []ExecRun
 // are aborted.
 func (m *Manager) wrapExec(ctx context.Context, b *box, req *api.ExecRequest) (execChain, error) {
 	h := m.handle(b)
+	if RunIDFrom(ctx) == "" {
+		// Every process has a run id its wrappers share (the run token's,
+		// the flight recorder's), the caller's when it named one.
+		ctx = WithRunID(ctx, NewRunID())
+	}
 	var chain execChain
 	for _, x := range m.hooks.exec {
 		r, err := x.h.WrapExec(ctx, h, req)

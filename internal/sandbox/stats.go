@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -64,6 +66,13 @@ type runIDKey struct{}
 // the same run as the run record.
 func WithRunID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, runIDKey{}, id)
+}
+
+// NewRunID returns a fresh run id ("run_" and 24 hex digits).
+func NewRunID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "run_" + hex.EncodeToString(b[:])
 }
 
 // RunIDFrom returns the run id ctx carries (WithRunID), or "".

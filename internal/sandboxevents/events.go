@@ -32,6 +32,9 @@ type Config struct {
 	// Redactor returns the redactor of sandbox id's output (nil: nothing
 	// to redact); nil redacts nothing.
 	Redactor func(id string) *redact.Redactor
+	// OnRecord, when set, is called with every bridge event recorded,
+	// redacted (the flight recorder keeps them: internal/audit).
+	OnRecord func(ev api.SandboxEvent)
 	Logger   *slog.Logger
 }
 
@@ -119,6 +122,9 @@ func (r *Recorder) RecordEvent(ctx context.Context, ev api.SandboxEvent) error {
 		}
 	}
 	r.add(ev)
+	if r.cfg.OnRecord != nil {
+		r.cfg.OnRecord(ev)
+	}
 	r.cfg.Logger.InfoContext(ctx, "sandbox event", "sandbox", ev.SandboxID, "run", ev.RunID, "type", ev.Type,
 		"name", ev.Name, "value", ev.Value, "message", ev.Message, "attrs", ev.Attrs)
 	return nil

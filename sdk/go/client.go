@@ -204,6 +204,9 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agentbox: building %s %s request: %w", r.method, r.path, err)
 	}
+	if tp, ok := ctx.Value(traceParentKey{}).(string); ok {
+		req.Header.Set("traceparent", tp)
+	}
 	if body != nil {
 		req.ContentLength = size
 		if size < 0 {

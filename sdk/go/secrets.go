@@ -12,7 +12,9 @@ import (
 // SecretInfo describes a stored secret (never its value).
 type SecretInfo = api.SecretInfo
 
-// SandboxEvent is an event a program inside a sandbox sent through the API
+// SandboxEvent is one event of a sandbox: recorded by the flight recorder
+// (a run, a file or package it changed, a network decision, a lifecycle
+// operation or transition) or sent by a program inside through the API
 // bridge.
 type SandboxEvent = api.SandboxEvent
 
@@ -45,8 +47,9 @@ func (c *Client) DeleteSecret(ctx context.Context, name string) error {
 	return nil
 }
 
-// Events returns the events programs inside the sandbox sent through the
-// API bridge, oldest first.
+// Events returns the sandbox's events, oldest first: with the daemon's
+// flight recorder on, every event it recorded (QueryEvents selects); off,
+// the events programs inside sent through the API bridge.
 func (s *Sandbox) Events(ctx context.Context) ([]SandboxEvent, error) {
 	var list api.SandboxEventList
 	if err := s.c.call(ctx, request{method: http.MethodGet, path: s.path("/events")}, &list); err != nil {

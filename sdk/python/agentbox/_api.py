@@ -215,8 +215,42 @@ def egress_log(sid: str, limit: int) -> Call[Objs]:
                 decode=field("records"))
 
 
-def events(sid: str) -> Call[Objs]:
-    return Call("GET", _sb(sid, "/events"), decode=field("events"))
+def _event_query(types: Optional[Sequence[str]], run: str, since: Optional[str], until: Optional[str],
+                 after: int, limit: int) -> Dict[str, Any]:
+    q: Dict[str, Any] = {}
+    if types:
+        q["type"] = ",".join(types)
+    if run:
+        q["run"] = run
+    if since:
+        q["since"] = since
+    if until:
+        q["until"] = until
+    if after:
+        q["after"] = after
+    if limit:
+        q["limit"] = limit
+    return q
+
+
+def events(sid: str, types: Optional[Sequence[str]] = None, run: str = "", since: Optional[str] = None,
+           until: Optional[str] = None, after: int = 0, limit: int = 0) -> Call[Objs]:
+    """The flight record (docs/AUDIT.md), filtered."""
+    q = _event_query(types, run, since, until, after, limit)
+    return Call("GET", _sb(sid, "/events"), query=q or None, decode=field("events"))
+
+
+def follow_events(sid: str, types: Optional[Sequence[str]] = None, run: str = "", since: Optional[str] = None,
+                  until: Optional[str] = None, after: int = 0, limit: int = 0) -> Call[None]:
+    """The flight record, then each new event: a JSON-lines stream."""
+    q = _event_query(types, run, since, until, after, limit)
+    q["follow"] = True
+    q["format"] = "jsonl"
+    return Call("GET", _sb(sid, "/events"), query=q)
+
+
+def verify_audit(sid: str) -> Call[Obj]:
+    return Call("GET", _sb(sid, "/audit/verify"))
 
 
 # --- exec and processes -------------------------------------------------

@@ -385,6 +385,20 @@ class AsyncSandbox(SandboxState):
         """Up to limit (0: all kept) of the newest egress records, oldest first."""
         return await self._t.do(api.egress_log(self.id, limit))
 
-    async def events(self) -> List[Dict[str, Any]]:
-        """Events programs inside sent through the API bridge, oldest first."""
-        return await self._t.do(api.events(self.id))
+    async def events(self, *, types: Optional[Sequence[str]] = None, run: str = "", since: Optional[str] = None,
+                     until: Optional[str] = None, after: int = 0, limit: int = 0) -> List[Dict[str, Any]]:
+        """The sandbox's flight record, oldest first (see Sandbox.events)."""
+        return await self._t.do(api.events(self.id, types, run, since, until, after, limit))
+
+    async def follow_events(self, *, types: Optional[Sequence[str]] = None, run: str = "",
+                            since: Optional[str] = None, until: Optional[str] = None, after: int = 0,
+                            limit: int = 0) -> AsyncIterator[Dict[str, Any]]:
+        """The recorded events, then each new one as it is recorded: ``async
+        for ev in sb.follow_events()`` (see Sandbox.follow_events)."""
+        async with await self._t.send(api.follow_events(self.id, types, run, since, until, after, limit)) as r:
+            async for ev in r.events():
+                yield ev
+
+    async def verify_audit(self) -> Dict[str, Any]:
+        """Check the sandbox's flight record (see Sandbox.verify_audit)."""
+        return await self._t.do(api.verify_audit(self.id))

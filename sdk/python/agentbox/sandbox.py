@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tempfile
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from . import _api as api
 from . import errors
@@ -375,6 +375,26 @@ class Sandbox(SandboxState):
         """Up to limit (0: all kept) of the newest egress records, oldest first."""
         return self._t.do(api.egress_log(self.id, limit))
 
-    def events(self) -> List[Dict[str, Any]]:
-        """Events programs inside sent through the API bridge, oldest first."""
-        return self._t.do(api.events(self.id))
+    def events(self, *, types: Optional[Sequence[str]] = None, run: str = "", since: Optional[str] = None,
+               until: Optional[str] = None, after: int = 0, limit: int = 0) -> List[Dict[str, Any]]:
+        """The sandbox's flight record, oldest first (docs/AUDIT.md): runs,
+        the files and packages they changed, network decisions, lifecycle
+        operations and transitions, limit events, and the events programs
+        sent through the API bridge. Filters: types ("run" selects
+        run.started and run.ended), run id, since/until (RFC 3339), events
+        after a sequence number, limit."""
+        return self._t.do(api.events(self.id, types, run, since, until, after, limit))
+
+    def follow_events(self, *, types: Optional[Sequence[str]] = None, run: str = "", since: Optional[str] = None,
+                      until: Optional[str] = None, after: int = 0, limit: int = 0) -> Iterator[Dict[str, Any]]:
+        """Yield the sandbox's recorded events (filters as for events), then
+        each new one as it is recorded, until the sandbox is deleted (its
+        delete event is the last) or the caller stops iterating."""
+        with self._t.send(api.follow_events(self.id, types, run, since, until, after, limit)) as r:
+            yield from r.events()
+
+    def verify_audit(self) -> Dict[str, Any]:
+        """Check the sandbox's flight record (hash chain and signed heads):
+        {"ok": bool, "events": n, "problem": "..."}; a record that does not
+        verify is ok False, not an exception."""
+        return self._t.do(api.verify_audit(self.id))

@@ -489,7 +489,26 @@ class TestTemplatesNetwork(DaemonTest):
         self.assertEqual(sb.egress_log(10), [])
         sb.set_network("none")
         self.assertEqual((sb.info.get("network") or {}).get("mode", "none"), "none")
-        self.assertEqual(sb.events(), [])
+        self.assertEqual(sb.events(types=["log", "metric", "usage"]), [])
+
+    def test_flight_record(self):
+        sb = self.sandbox()
+        sb.run("echo recorded > rec.txt")
+        evs = sb.events(types=["run", "file.changed"])
+        kinds = [e["type"] for e in evs]
+        self.assertEqual((kinds[0], kinds[-1]), ("run.started", "run.ended"), kinds)
+        run = evs[0]["run_id"]
+        self.assertIn("/root/rec.txt", [e["file"]["path"] for e in evs if e["type"] == "file.changed"])
+        self.assertTrue(all(e["run_id"] == run for e in evs))
+        self.assertEqual(len(sb.events(run=run, limit=1)), 1)
+        followed = []
+        for ev in sb.follow_events(types=["run"]):
+            followed.append(ev)
+            if len(followed) == 2:
+                break
+        self.assertEqual([e["seq"] for e in followed], [e["seq"] for e in evs if e["type"].startswith("run.")])
+        res = sb.verify_audit()
+        self.assertTrue(res["ok"], res)
 
 
 class TestOperations(DaemonTest):

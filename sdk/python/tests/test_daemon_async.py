@@ -522,7 +522,23 @@ class TestAsyncTemplatesNetwork(AsyncDaemonTest):
         self.assertEqual(await sb.egress_log(10), [])
         await sb.set_network("none")
         self.assertEqual((sb.info.get("network") or {}).get("mode", "none"), "none")
-        self.assertEqual(await sb.events(), [])
+        self.assertEqual(await sb.events(types=["log", "metric", "usage"]), [])
+
+    async def test_flight_record(self):
+        sb = await self.sandbox()
+        await sb.run("echo recorded > rec.txt")
+        evs = await sb.events(types=["run", "file.changed"])
+        kinds = [e["type"] for e in evs]
+        self.assertEqual((kinds[0], kinds[-1]), ("run.started", "run.ended"), kinds)
+        self.assertIn("/root/rec.txt", [e["file"]["path"] for e in evs if e["type"] == "file.changed"])
+        followed = []
+        async for ev in sb.follow_events(types=["run"]):
+            followed.append(ev)
+            if len(followed) == 2:
+                break
+        self.assertEqual([e["seq"] for e in followed], [e["seq"] for e in evs if e["type"].startswith("run.")])
+        res = await sb.verify_audit()
+        self.assertTrue(res["ok"], res)
 
 
 class TestAsyncServiceURLs(AsyncDaemonTest):
