@@ -32,24 +32,24 @@ type controlFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (s *Server) controlRoutes() {
 	for pattern, fn := range map[string]controlFunc{
-		"POST /sandboxes":                         s.create,
-		"POST /v2/sandboxes":                      s.create,
-		"GET /sandboxes":                          s.listV1,
-		"GET /v2/sandboxes":                       s.list,
-		"GET /sandboxes/{id}":                     s.get,
-		"DELETE /sandboxes/{id}":                  s.kill,
-		"POST /sandboxes/{id}/timeout":            s.setTimeout,
-		"POST /sandboxes/{id}/refreshes":          s.refresh,
-		"POST /sandboxes/{id}/pause":              s.pause,
-		"POST /sandboxes/{id}/resume":             s.connect,
-		"POST /sandboxes/{id}/connect":            s.connect,
-		"POST /v2/sandboxes/{id}/connect":         s.connect,
-		"POST /sandboxes/{id}/fork":               s.fork,
-		"POST /sandboxes/{id}/snapshots":          s.createSnapshot,
-		"GET /snapshots":                          s.listSnapshots,
-		"DELETE /templates/{id}":                  s.deleteSnapshot,
-		"GET /sandboxes/{id}/metrics":             s.metrics,
-		"GET /health":                             func(w http.ResponseWriter, _ *http.Request) error { w.WriteHeader(http.StatusOK); return nil },
+		"POST /sandboxes":                 s.create,
+		"POST /v2/sandboxes":              s.create,
+		"GET /sandboxes":                  s.listV1,
+		"GET /v2/sandboxes":               s.list,
+		"GET /sandboxes/{id}":             s.get,
+		"DELETE /sandboxes/{id}":          s.kill,
+		"POST /sandboxes/{id}/timeout":    s.setTimeout,
+		"POST /sandboxes/{id}/refreshes":  s.refresh,
+		"POST /sandboxes/{id}/pause":      s.pause,
+		"POST /sandboxes/{id}/resume":     s.connect,
+		"POST /sandboxes/{id}/connect":    s.connect,
+		"POST /v2/sandboxes/{id}/connect": s.connect,
+		"POST /sandboxes/{id}/fork":       s.fork,
+		"POST /sandboxes/{id}/snapshots":  s.createSnapshot,
+		"GET /snapshots":                  s.listSnapshots,
+		"DELETE /templates/{id}":          s.deleteSnapshot,
+		"GET /sandboxes/{id}/metrics":     s.metrics,
+		"GET /health":                     func(w http.ResponseWriter, _ *http.Request) error { w.WriteHeader(http.StatusOK); return nil },
 	} {
 		s.control.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if err := fn(w, r); err != nil {
@@ -697,4 +697,3 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, []sandboxMetric{m})
 	return nil
 }
-
