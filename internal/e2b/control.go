@@ -186,7 +186,7 @@ func (s *Server) snapshotOf(ctx context.Context, id string) (api.Checkpoint, err
 
 // userScript makes the E2B user and its home when the template lacks
 // them (idempotent), and gives templates without bash (busybox) a
-// /bin/bash that is sh, since E2B's SDK runs every command as
+// /bin/bash that runs sh, since E2B's SDK runs every command as
 // "/bin/bash -l -c CMD".
 const userScript = `set -e
 if ! id ` + DefaultUser + ` >/dev/null 2>&1; then
@@ -197,7 +197,7 @@ if ! id ` + DefaultUser + ` >/dev/null 2>&1; then
 fi
 mkdir -p ` + DefaultHome + `
 chown ` + DefaultUser + ` ` + DefaultHome + `
-[ -e /bin/bash ] || ln -s sh /bin/bash
+if [ ! -e /bin/bash ]; then printf '#!/bin/sh\nexec /bin/sh "$@"\n' >/bin/bash; chmod 755 /bin/bash; fi
 `
 
 // prepareUser runs userScript in a new sandbox as root, through the
