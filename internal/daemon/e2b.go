@@ -75,3 +75,12 @@ func (d *Daemon) e2bHandler() (http.Handler, error) {
 		RateLimit: ratelimit.New(d.cfg.TCPRequestRate, d.cfg.TCPRequestBurst),
 	})
 }
+
+// WatchDir implements e2b.Watcher.
+func (s e2bService) WatchDir(ctx context.Context, id, path string, recursive bool) (e2b.FSEvents, error) {
+	w, err := s.Files.Watch(ctx, id, path, recursive)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}

@@ -75,3 +75,18 @@ type Sandboxes interface {
 	ForkCheckpoint(ctx context.Context, cid string, req api.ForkRequest) (api.ForkResult, error)
 	ForkSandbox(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error)
 }
+
+// Watcher is implemented by Sandboxes that can watch a directory
+// (httpapi.WatchService's WatchDir); without it filesystem.Filesystem
+// WatchDir answers Unimplemented.
+type Watcher interface {
+	WatchDir(ctx context.Context, id, path string, recursive bool) (FSEvents, error)
+}
+
+// FSEvents is a stream of file system events: Next blocks until an
+// event, the end (io.EOF) or an error; Close (from any goroutine) ends
+// it.
+type FSEvents interface {
+	Next() (api.FSEvent, error)
+	Close() error
+}

@@ -62,6 +62,7 @@ func (s *Server) envdHandler() http.Handler {
 	opts := []connect.HandlerOption{connect.WithCodec(jsonCodec{}), connect.WithCodec(protoCodec{})}
 	s.processRoutes(mux, opts)
 	s.filesystemRoutes(mux, opts)
+	s.watchRoutes(mux, opts)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", s.readFile)
 	mux.HandleFunc("POST /files", s.writeFiles)

@@ -135,3 +135,18 @@ func (f *Files) WriteArchive(ctx context.Context, id, path string, r io.Reader) 
 		return g.WriteArchive(ctx, path, r)
 	})
 }
+
+// Watch watches directory path (recursive: its subdirectories too) for
+// changes, through the guest's inotify (observed as "watching <path>").
+// The stream outlives the call: it holds no lock of the sandbox, ends
+// when ctx is done or the caller closes it, and ends with an error when
+// the guest goes away (the sandbox is hibernated or deleted); a paused
+// sandbox's stream simply waits.
+func (f *Files) Watch(ctx context.Context, id, path string, recursive bool) (*client.Watch, error) {
+	var w *client.Watch
+	err := f.g.WithGuest(ctx, id, "watching "+path, func(g *client.Client) (err error) {
+		w, err = g.Watch(ctx, path, recursive)
+		return err
+	})
+	return w, err
+}

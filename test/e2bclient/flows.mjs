@@ -89,6 +89,28 @@ check(!(await sbx.files.exists('/home/user/b.txt')), 'removed')
 const info1 = await sbx.files.getInfo('/home/user/d')
 check(info1.type === 'dir', `getInfo ${JSON.stringify(info1)}`)
 
+step('watchDir')
+await sbx.files.makeDir('/home/user/w')
+const seen = []
+let notify = () => {}
+const watch = await sbx.files.watchDir('/home/user/w', (ev) => { seen.push(ev); notify() }, { recursive: true })
+const waitFor = (pred, what) => new Promise((resolve, reject) => {
+  const timer = setTimeout(() => reject(new Error(`check failed: no ${what} event: ${JSON.stringify(seen)}`)), 10_000)
+  notify = () => { if (seen.some(pred)) { clearTimeout(timer); resolve() } }
+  notify()
+})
+await sbx.files.write('/home/user/w/new.txt', 'watched')
+await waitFor((ev) => ev.name === 'new.txt' && ev.type === 'create', 'create')
+await sbx.files.makeDir('/home/user/w/sub')
+await waitFor((ev) => ev.name === 'sub' && ev.type === 'create', 'create of sub')
+await sbx.commands.run('echo deep > /home/user/w/sub/deep.txt')
+await waitFor((ev) => ev.name === 'sub/deep.txt', 'recursive create')
+await sbx.files.rename('/home/user/w/new.txt', '/home/user/w/renamed.txt')
+await waitFor((ev) => ev.name === 'new.txt' && ev.type === 'rename', 'rename')
+await sbx.files.remove('/home/user/w/renamed.txt')
+await waitFor((ev) => ev.name === 'renamed.txt' && ev.type === 'remove', 'remove')
+await watch.stop()
+
 step('getInfo, list, setTimeout')
 const info = await sbx.getInfo()
 check(info.sandboxId === sbx.sandboxId && info.metadata.suite === 'e2b' && info.state === 'running', `info ${JSON.stringify(info)}`)
