@@ -90,3 +90,12 @@ type FSEvents interface {
 	Next() (api.FSEvent, error)
 	Close() error
 }
+
+// Owners is implemented by Sandboxes that can make files and directories
+// owned by a user of the sandbox (sandboxfiles.Files' WriteFileAs and
+// MkdirAs): what E2B's files API writes and makes for a user is then that
+// user's, as on E2B. Without it they are root's.
+type Owners interface {
+	WriteFileAs(ctx context.Context, id, path, owner string, mode uint32, parents bool, r io.Reader) (api.FileInfo, error)
+	MkdirAs(ctx context.Context, id, owner string, req api.MkdirRequest) (api.FileInfo, error)
+}

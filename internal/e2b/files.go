@@ -11,6 +11,7 @@ import (
 	"path"
 	"strconv"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
@@ -140,7 +141,12 @@ func (s *Server) writeOne(r *http.Request, p, user string, body io.Reader) (writ
 	if err != nil {
 		return writtenFile{}, err
 	}
-	fi, err := s.sb.WriteFile(r.Context(), sandboxFrom(r.Context()), abs, 0o644, true, body)
+	var fi api.FileInfo
+	if o, ok := s.sb.(Owners); ok && user != "root" {
+		fi, err = o.WriteFileAs(r.Context(), sandboxFrom(r.Context()), abs, user, 0o644, true, body)
+	} else {
+		fi, err = s.sb.WriteFile(r.Context(), sandboxFrom(r.Context()), abs, 0o644, true, body)
+	}
 	if err != nil {
 		return writtenFile{}, err
 	}

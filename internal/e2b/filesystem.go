@@ -150,7 +150,11 @@ func (s *Server) stat(ctx context.Context, req *connect.Request[pathRequest]) (*
 }
 
 func (s *Server) makeDir(ctx context.Context, req *connect.Request[pathRequest]) (*connect.Response[entryResponse], error) {
-	p, err := fsPath(req.Header(), req.Msg.Path)
+	user, err := userOfHeader(req.Header())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	p, err := resolvePath(req.Msg.Path, user)
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -160,7 +164,13 @@ func (s *Server) makeDir(ctx context.Context, req *connect.Request[pathRequest])
 	} else if !errdefs.IsNotFound(err) {
 		return nil, connectError(err)
 	}
-	fi, err := s.sb.Mkdir(ctx, id, api.MkdirRequest{Path: p, Mode: 0o755, Parents: true})
+	mreq := api.MkdirRequest{Path: p, Mode: 0o755, Parents: true}
+	var fi api.FileInfo
+	if o, ok := s.sb.(Owners); ok && user != "root" {
+		fi, err = o.MkdirAs(ctx, id, user, mreq)
+	} else {
+		fi, err = s.sb.Mkdir(ctx, id, mreq)
+	}
 	if err != nil {
 		return nil, connectError(err)
 	}

@@ -160,8 +160,12 @@ type Request struct {
 	Parents    bool              `json:"parents,omitempty"`     // write_file
 	Recursive  bool              `json:"recursive,omitempty"`   // remove, watch
 	Mkdir      *api.MkdirRequest `json:"mkdir,omitempty"`       // mkdir
-	Move       *api.MoveRequest  `json:"move,omitempty"`        // move
-	Ports      []int             `json:"ports,omitempty"`       // tunnel
+	// Owner ("name", "uid" or "name:group", resolved in the sandbox's
+	// /etc) owns what write_file and mkdir create (the file, the
+	// directory, the parents they make); "" leaves it the guest's (root).
+	Owner string           `json:"owner,omitempty"` // write_file, mkdir
+	Move  *api.MoveRequest `json:"move,omitempty"`  // move
+	Ports []int            `json:"ports,omitempty"` // tunnel
 }
 
 // VersionReply is the Result of OpVersion.
