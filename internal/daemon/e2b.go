@@ -13,7 +13,6 @@ import (
 	"github.com/agentbox/agentbox/internal/execstream"
 	"github.com/agentbox/agentbox/internal/pipeline"
 	"github.com/agentbox/agentbox/internal/ratelimit"
-	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
 
@@ -34,12 +33,16 @@ func (s e2bService) Exec(ctx context.Context, id string, req api.ExecRequest) (e
 }
 
 // SandboxStats implements e2b.Sandboxes (sandbox.Handle.Stats).
-func (s e2bService) SandboxStats(ctx context.Context, id string) (runtime.Stats, error) {
+func (s e2bService) SandboxStats(ctx context.Context, id string) (e2b.Stats, error) {
 	h, err := s.Manager.Handle(ctx, id)
 	if err != nil {
-		return runtime.Stats{}, err
+		return e2b.Stats{}, err
 	}
-	return h.Stats(ctx)
+	st, err := h.Stats(ctx)
+	if err != nil {
+		return e2b.Stats{}, err
+	}
+	return e2b.Stats{CPUTime: st.CPUTime, MemoryBytes: st.MemoryBytes}, nil
 }
 
 // e2bHandler builds the E2B front end: X-API-KEY is a key of the keys

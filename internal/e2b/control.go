@@ -115,16 +115,54 @@ func (s *Server) createRequest(body newSandbox) (api.CreateSandboxRequest, error
 	return req, nil
 }
 
-// metadataLabels turns E2B metadata into labels under MetadataPrefix.
+// metadataLabels turns E2B metadata into labels under MetadataPrefix,
+// each key escaped to the characters a label key may hold (metaKey).
 func metadataLabels(md map[string]string) (map[string]string, error) {
 	out := make(map[string]string, len(md))
 	for k, v := range md {
-		if k == "" || strings.ContainsAny(k, "\x00=&") {
-			return nil, fmt.Errorf("metadata key %q is not valid: %w", k, errdefs.ErrInvalidArgument)
+		if k == "" {
+			return nil, fmt.Errorf("metadata key is empty: %w", errdefs.ErrInvalidArgument)
 		}
-		out[MetadataPrefix+k] = v
+		out[MetadataPrefix+metaKey(k)] = v
 	}
 	return out, nil
+}
+
+// metaKey escapes a metadata key for a label key: letters, digits, "."
+// and "-" stay, every other byte is "_" and two hex digits.
+func metaKey(k string) string {
+	var b strings.Builder
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "_%02x", c)
+		}
+	}
+	return b.String()
+}
+
+// unMetaKey reverses metaKey; ok is false for a label metaKey cannot
+// have made.
+func unMetaKey(s string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '_' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", false
+		}
+		n, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", false
+		}
+		b.WriteByte(byte(n))
+		i += 2
+	}
+	return b.String(), true
 }
 
 // metadataOf returns a sandbox's E2B metadata.
@@ -132,7 +170,9 @@ func metadataOf(labels map[string]string) map[string]string {
 	md := map[string]string{}
 	for k, v := range labels {
 		if m, ok := strings.CutPrefix(k, MetadataPrefix); ok {
-			md[m] = v
+			if key, ok := unMetaKey(m); ok {
+				md[key] = v
+			}
 		}
 	}
 	return md

@@ -29,14 +29,13 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/execstream"
-	"github.com/agentbox/agentbox/internal/runtime"
 )
 
 // Sandboxes is what the E2B front end calls: the daemon core as the HTTP
 // edge sees it (the methods of the same names of httpapi.Service,
 // CheckpointService and LifecycleService), except that Exec must record
 // its runs with trigger api.TriggerE2B, plus SandboxStats
-// (sandbox.Handle.Stats) and SetTimeout. The contract of httpapi.Service
+// (sandbox.Handle.Stats, as Stats) and SetTimeout. The contract of httpapi.Service
 // applies: ctx carries the caller (tenant principal and run-record
 // identity); a sandbox id of another tenant is errdefs.ErrNotFound like
 // an unknown one; errors wrap an errdefs category, and only the text of
@@ -51,7 +50,7 @@ type Sandboxes interface {
 	// SetTimeout makes the sandbox's hard lifetime end d from now (time
 	// asleep not counted, as for CreateSandboxRequest.TimeoutSeconds).
 	SetTimeout(ctx context.Context, id string, d time.Duration) (api.Sandbox, error)
-	SandboxStats(ctx context.Context, id string) (runtime.Stats, error)
+	SandboxStats(ctx context.Context, id string) (Stats, error)
 
 	Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error)
 	Attach(ctx context.Context, id string, pid int, replay bool) (execstream.Stream, error)
@@ -74,6 +73,12 @@ type Sandboxes interface {
 	DeleteCheckpoint(ctx context.Context, cid string) error
 	ForkCheckpoint(ctx context.Context, cid string, req api.ForkRequest) (api.ForkResult, error)
 	ForkSandbox(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error)
+}
+
+// Stats are a running sandbox's cgroup counters (sandbox.Handle.Stats).
+type Stats struct {
+	CPUTime     time.Duration // CPU time used since it started
+	MemoryBytes int64         // memory in use now
 }
 
 // Watcher is implemented by Sandboxes that can watch a directory
