@@ -203,7 +203,9 @@ func (f *fakeSandboxes) Signal(ctx context.Context, id string, pid int, sig stri
 	return nil
 }
 
-func (f *fakeSandboxes) Resize(ctx context.Context, id string, pid int, tty api.TTY) error { return nil }
+func (f *fakeSandboxes) Resize(ctx context.Context, id string, pid int, tty api.TTY) error {
+	return nil
+}
 
 func (f *fakeSandboxes) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, api.FileInfo, error) {
 	f.mu.Lock()

@@ -408,4 +408,3 @@ func mustJSON(v any) string {
 	}
 	return string(b)
 }
-
