@@ -162,22 +162,50 @@ func (w *watcher) parse(b []byte) ([]api.FSEvent, error) {
 		if typ == "" {
 			continue
 		}
+		out = append(out, w.event(typ, full))
 		if typ == api.FSEventCreate && mask&unix.IN_ISDIR != 0 && w.recursive {
+			// What was made in the new directory before it was watched
+			// is reported as created.
 			if err := w.add(full); err == nil {
-				if err := w.addTree(full); err != nil {
+				made, err := w.addNew(full)
+				out = append(out, made...)
+				if err != nil {
 					return out, err
 				}
 			} else if !errors.Is(err, unix.ENOENT) {
 				return out, err
 			}
 		}
-		rel, err := filepath.Rel(w.root, full)
-		if err != nil {
-			rel = full
-		}
-		out = append(out, api.FSEvent{Type: typ, Path: full, Name: rel})
 	}
 	return out, nil
+}
+
+// event is an FSEvent of full, named relative to the watched directory.
+func (w *watcher) event(typ, full string) api.FSEvent {
+	rel, err := filepath.Rel(w.root, full)
+	if err != nil {
+		rel = full
+	}
+	return api.FSEvent{Type: typ, Path: full, Name: rel}
+}
+
+// addNew watches the directories below dir, a directory new to the
+// watch, and returns a create event for every entry found in it.
+func (w *watcher) addNew(dir string) ([]api.FSEvent, error) {
+	var out []api.FSEvent
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return nil
+		}
+		out = append(out, w.event(api.FSEventCreate, p))
+		if d.IsDir() {
+			if err := w.add(p); err != nil && !errors.Is(err, unix.ENOENT) {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // eventType maps an inotify mask to an FSEvent type ("" for none).

@@ -82,11 +82,17 @@ func TestWatch(t *testing.T) {
 	}
 	nextEvent(t, w, api.FSEvent{Type: api.FSEventCreate, Path: sub, Name: "sub"})
 	deep := filepath.Join(sub, "deep")
-	// The new subdirectory is watched once its create event is out.
 	if err := os.WriteFile(deep, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	nextEvent(t, w, api.FSEvent{Type: api.FSEventCreate, Path: deep, Name: "sub/deep"})
+	// What is made with a new directory, before its watch can start, is
+	// reported too.
+	tree := filepath.Join(dir, "t1")
+	if err := os.MkdirAll(filepath.Join(tree, "t2", "t3"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nextEvent(t, w, api.FSEvent{Type: api.FSEventCreate, Path: filepath.Join(tree, "t2", "t3"), Name: "t1/t2/t3"})
 	if err := os.Remove(b); err != nil {
 		t.Fatal(err)
 	}
