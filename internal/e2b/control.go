@@ -49,6 +49,8 @@ func (s *Server) controlRoutes() {
 		"GET /snapshots":                  s.listSnapshots,
 		"DELETE /templates/{id}":          s.deleteSnapshot,
 		"GET /sandboxes/{id}/metrics":     s.metrics,
+		"GET /sandboxes/{id}/logs":        s.logsV1,
+		"GET /v2/sandboxes/{id}/logs":     s.logsV2,
 		"GET /health":                     func(w http.ResponseWriter, _ *http.Request) error { w.WriteHeader(http.StatusOK); return nil },
 	} {
 		s.control.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {

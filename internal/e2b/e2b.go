@@ -51,6 +51,8 @@ type Sandboxes interface {
 	// asleep not counted, as for CreateSandboxRequest.TimeoutSeconds).
 	SetTimeout(ctx context.Context, id string, d time.Duration) (api.Sandbox, error)
 	SandboxStats(ctx context.Context, id string) (Stats, error)
+	// SandboxTransitions is the sandbox's lifecycle log, oldest first.
+	SandboxTransitions(ctx context.Context, id string) ([]api.Transition, error)
 
 	Exec(ctx context.Context, id string, req api.ExecRequest) (execstream.Stream, error)
 	Attach(ctx context.Context, id string, pid int, replay bool) (execstream.Stream, error)

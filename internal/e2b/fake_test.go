@@ -142,6 +142,19 @@ func (f *fakeSandboxes) SandboxStats(ctx context.Context, id string) (Stats, err
 	return Stats{CPUTime: time.Second, MemoryBytes: 1 << 20}, nil
 }
 
+func (f *fakeSandboxes) SandboxTransitions(ctx context.Context, id string) ([]api.Transition, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, err := f.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return []api.Transition{
+		{From: api.StateCreating, To: api.StateRunning, Cause: api.CauseCreate, At: sb.CreatedAt},
+		{From: api.StateRunning, To: api.StatePaused, Cause: api.CauseAPI, At: sb.CreatedAt.Add(time.Second)},
+	}, nil
+}
+
 // fakeStream yields a started event, the command's stdout ("out:" and its
 // last argument) and an exit.
 type fakeStream struct {

@@ -10,8 +10,10 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -134,6 +136,15 @@ func TestCreateGetList(t *testing.T) {
 	if st := call(t, srv, "key-a", "GET", "/sandboxes/"+c.SandboxID+"/metrics", "", &m); st != 200 || len(m) != 1 || m[0].MemUsed != 1<<20 {
 		t.Errorf("metrics: %d %+v", st, m)
 	}
+	var logs sandboxLogs
+	if st := call(t, srv, "key-a", "GET", "/sandboxes/"+c.SandboxID+"/logs", "", &logs); st != 200 || len(logs.Logs) != 2 || logs.Logs[1].Line != "running -> paused (api)" || logs.LogEntries[0].Fields["cause"] != "create" {
+		t.Errorf("logs: %d %+v", st, logs)
+	}
+	var logs2 sandboxLogsV2
+	start := strconv.FormatInt(f.sbs[c.SandboxID].CreatedAt.Add(time.Second).UnixMilli(), 10)
+	if st := call(t, srv, "key-a", "GET", "/v2/sandboxes/"+c.SandboxID+"/logs?start="+start, "", &logs2); st != 200 || len(logs2.Logs) != 1 {
+		t.Errorf("logs v2 from start: %d %+v", st, logs2)
+	}
 	if st := call(t, srv, "key-a", "DELETE", "/sandboxes/"+c.SandboxID, "", nil); st != 204 {
 		t.Errorf("kill: %d", st)
 	}
@@ -153,6 +164,8 @@ func TestOtherTenantIsNotFound(t *testing.T) {
 		{"POST", "/sandboxes/%s/pause", ""},
 		{"POST", "/v2/sandboxes/%s/connect", `{}`},
 		{"GET", "/sandboxes/%s/metrics", ""},
+		{"GET", "/sandboxes/%s/logs", ""},
+		{"POST", "/sandboxes/%s/refreshes", `{"duration":5}`},
 	} {
 		var other, unknown apiError
 		so := call(t, srv, "key-b", rt.method, fmt.Sprintf(rt.path, c.SandboxID), rt.body, &other)
