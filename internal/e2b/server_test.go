@@ -421,3 +421,34 @@ func mustJSON(v any) string {
 	}
 	return string(b)
 }
+
+// StreamInput (a client stream; the SDK does not use it) writes each
+// data message to the selected process's stdin, in order.
+func TestStreamInput(t *testing.T) {
+	f, _, srv := testServer(t, nil)
+	c := create(t, srv, "key-a", `{}`)
+	cl := connect.NewClient[streamInputRequest, empty](http.DefaultClient, srv.URL+processService+"StreamInput", connect.WithCodec(jsonCodec{}))
+	st := cl.CallClientStream(context.Background())
+	st.RequestHeader().Set(headerSandboxID, c.SandboxID)
+	st.RequestHeader().Set(headerAccessToken, c.EnvdAccessToken)
+	pid := uint32(7)
+	msgs := []*streamInputRequest{{Start: &struct {
+		Process *processSelector `json:"process"`
+	}{Process: &processSelector{Pid: &pid}}}}
+	for _, s := range []string{"one ", "two"} {
+		msgs = append(msgs, &streamInputRequest{Data: &struct {
+			Input *processInput `json:"input"`
+		}{Input: &processInput{Stdin: []byte(s)}}})
+	}
+	for _, m := range msgs {
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.CloseAndReceive(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.stdin.String(); got != "one two" {
+		t.Errorf("stdin %q", got)
+	}
+}
