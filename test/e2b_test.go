@@ -3,7 +3,10 @@ package test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -92,5 +95,77 @@ func TestE2BSDK(t *testing.T) {
 		if _, err := a.Get(ctx, id); !agentbox.IsNotFound(err) {
 			t.Errorf("sandbox %s the flows killed: %v, want not found", id, err)
 		}
+	}
+}
+
+// e2bCall sends one request to the E2B listener and returns the status
+// and body.
+func e2bCall(t *testing.T, base, method, path string, hdr map[string]string, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// A tenant attacking another's sandbox through the E2B listener, with
+// everything it legitimately holds (its key, its own sandbox's access
+// token): the other sandbox is not found on the control plane, and its
+// envd refuses a token of another sandbox, a token whose owner part is
+// rewritten, and no token.
+func TestE2BAdversarialTokens(t *testing.T) {
+	addr, e2bAddr := loopbackAddr(t), loopbackAddr(t)
+	d := newDaemonWith(t, "--tcp", addr, "--e2b", e2bAddr, "--e2b-template", "base=busybox")
+	base, e2b := "http://"+addr, "http://"+e2bAddr
+	_, keyA := tenantClient(t, d, base, "adv-a", api.Quotas{}, api.ScopeFull)
+	_, keyB := tenantClient(t, d, base, "adv-b", api.Quotas{}, api.ScopeFull)
+	create := func(key string) (id, token string) {
+		st, b := e2bCall(t, e2b, "POST", "/v2/sandboxes", map[string]string{"X-API-KEY": key}, `{"timeout":120}`)
+		var c struct {
+			SandboxID, EnvdAccessToken string
+		}
+		if err := json.Unmarshal(b, &c); st != 201 || err != nil || c.EnvdAccessToken == "" {
+			t.Fatalf("create: %d %s", st, b)
+		}
+		return c.SandboxID, c.EnvdAccessToken
+	}
+	idA, tokA := create(keyA.Key)
+	_, tokB := create(keyB.Key)
+	envd := func(id, tok, path string) int {
+		st, _ := e2bCall(t, e2b, "GET", path, map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983", "X-Access-Token": tok}, "")
+		return st
+	}
+	if st := envd(idA, tokA, "/files?path=/etc/passwd"); st != 200 {
+		t.Fatalf("A reading its own file: %d", st)
+	}
+	_, mac, _ := strings.Cut(tokB, ".")
+	forged := base64.RawURLEncoding.EncodeToString([]byte("adv-a")) + "." + mac
+	for name, tok := range map[string]string{"B's token": tokB, "B's token claiming A": forged, "no token": ""} {
+		if st := envd(idA, tok, "/files?path=/etc/passwd"); st != http.StatusUnauthorized {
+			t.Errorf("%s on A's sandbox: %d, want 401", name, st)
+		}
+	}
+	for _, p := range []string{"/sandboxes/" + idA, "/sandboxes/" + idA + "/metrics", "/sandboxes/" + idA + "/logs"} {
+		st, b := e2bCall(t, e2b, "GET", p, map[string]string{"X-API-KEY": keyB.Key}, "")
+		stU, bU := e2bCall(t, e2b, "GET", strings.ReplaceAll(p, idA, "zzzzzzzzzzzz"), map[string]string{"X-API-KEY": keyB.Key}, "")
+		if st != 404 || stU != 404 || strings.ReplaceAll(string(b), idA, "ID") != strings.ReplaceAll(string(bU), "zzzzzzzzzzzz", "ID") {
+			t.Errorf("B: GET %s: %d %s; unknown id: %d %s", p, st, b, stU, bU)
+		}
+	}
+	if st, _ := e2bCall(t, e2b, "DELETE", "/sandboxes/"+idA, map[string]string{"X-API-KEY": keyB.Key}, ""); st != 404 {
+		t.Errorf("B killing A's sandbox: %d", st)
+	}
+	if st := envd(idA, tokA, "/health"); st != 204 {
+		t.Errorf("A's sandbox after B's attempts: %d", st)
 	}
 }
