@@ -1,11 +1,7 @@
 package test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"net"
-	"net/http"
 	"testing"
 	"time"
 
@@ -13,7 +9,7 @@ import (
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
-// GET /v1/sandboxes/{id}/fs/watch streams what commands inside the
+// GET /v1/sandboxes/{id}/fs/watch (the Go SDK's Sandbox.Watch) streams what commands inside the
 // sandbox do to a directory (recursive: in a new subdirectory too), from
 // the sandbox's own inotify, through the real daemon (what is made in a
 // new subdirectory before its watch starts is reported too); the watch
@@ -22,35 +18,24 @@ func TestWatchDirectory(t *testing.T) {
 	d := newDaemon(t)
 	sb := d.create(t, agentbox.SandboxSpec{Template: "busybox"})
 	mustRun(t, sb, "mkdir -p /w")
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var nd net.Dialer
-			return nd.DialContext(ctx, "unix", d.socket)
-		},
-	}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://agentbox/v1/sandboxes/"+sb.ID()+"/fs/watch?path=/w&recursive=true", nil)
+	w, err := sb.Watch(ctx, "/w", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
-		t.Fatalf("watch: %d %v", resp.StatusCode, resp.Header)
-	}
+	defer w.Close()
 	events := make(chan api.FSEvent, 100)
+	ended := make(chan error, 1)
 	go func() {
 		defer close(events)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			var ev api.FSEvent
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type != "" {
-				events <- ev
+		for {
+			ev, err := w.Next()
+			if err != nil {
+				ended <- err
+				return
 			}
+			events <- ev
 		}
 	}()
 	want := func(typ, name string) {
@@ -86,5 +71,8 @@ func TestWatchDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range events { // the stream ends with its sandbox
+	}
+	if err := <-ended; err == nil {
+		t.Error("the watch of a deleted sandbox ended without an error or EOF")
 	}
 }
