@@ -73,10 +73,14 @@ func (d *Daemon) e2bHandler() (http.Handler, error) {
 		}
 		return tenant.Principal{}, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
 	}
-	return e2b.New(e2bService{d.svc}, e2b.Config{
+	cfg := e2b.Config{
 		Authenticate: auth, Templates: templates, Logger: d.log,
 		RateLimit: ratelimit.New(d.cfg.TCPRequestRate, d.cfg.TCPRequestBurst),
-	})
+	}
+	if reg != nil {
+		cfg.Track = reg.Track // a revoked key ends its open requests
+	}
+	return e2b.New(e2bService{d.svc}, cfg)
 }
 
 // WatchDir implements e2b.Watcher.

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -88,6 +89,10 @@ type Config struct {
 	// Domain is reported as the sandbox domain; "" reports none, which
 	// is what makes the SDK use E2B_SANDBOX_URL.
 	Domain string
+	// Track, when set, ties a control-plane request to the key that
+	// authenticated it: the returned context ends when the key is revoked
+	// (registry.Registry.Track); done is called when the request ends.
+	Track func(ctx context.Context, p tenant.Principal) (_ context.Context, done func())
 	// RateLimit, when set, bounds each tenant's requests (control plane
 	// and sandbox traffic together); over it: 429 with Retry-After.
 	RateLimit RateLimiter

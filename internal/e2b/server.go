@@ -100,6 +100,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := context.WithValue(tenant.WithPrincipal(r.Context(), p), callerKey{}, "e2b:"+p.String())
+	if s.cfg.Track != nil {
+		var done func()
+		ctx, done = s.cfg.Track(ctx, p)
+		defer done()
+	}
 	r = r.WithContext(ctx)
 	if _, pattern := s.control.Handler(r); pattern == "" {
 		writeError(w, r, s.log, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))

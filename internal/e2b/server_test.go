@@ -452,3 +452,33 @@ func TestStreamInput(t *testing.T) {
 		t.Errorf("stdin %q", got)
 	}
 }
+
+// A revoked key ends its control-plane requests: Track's context is the
+// request's.
+func TestTrackRevocation(t *testing.T) {
+	f := newFake()
+	f.sbs["sbx000000001"] = api.Sandbox{ID: "sbx000000001", Tenant: "a", State: api.StateRunning}
+	tracked := 0
+	s, err := New(f, Config{
+		Authenticate: func(key string) (tenant.Principal, error) {
+			return tenant.Principal{Tenant: "a", Scope: api.ScopeFull, KeyID: "k"}, nil
+		},
+		Track: func(ctx context.Context, p tenant.Principal) (context.Context, func()) {
+			tracked++
+			ctx, cancel := context.WithCancel(ctx)
+			cancel() // revoked already
+			return ctx, func() {}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	var e apiError
+	// metrics waits on the request's context between its two samples.
+	st := call(t, srv, "k", "GET", "/sandboxes/sbx000000001/metrics", "", &e)
+	if tracked != 1 || st == http.StatusOK {
+		t.Errorf("tracked %d, status %d %+v", tracked, st, e)
+	}
+}
