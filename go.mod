@@ -3,6 +3,7 @@ module github.com/agentbox/agentbox
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.19.1
 	github.com/andybalholm/brotli v1.2.0
 	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/containerd/cgroups/v3 v3.1.3

@@ -13,6 +13,7 @@ const (
 	TriggerSchedule = "schedule" // a schedule fired (or was triggered by hand)
 	TriggerWebhook  = "webhook"  // a signed POST /v1/hooks/{id}
 	TriggerMCP      = "mcp"      // a tool call over MCP (agentbox mcp, POST /mcp)
+	TriggerE2B      = "e2b"      // a command through the E2B-compatible API (agentbox serve --e2b)
 )
 
 // Run states.
@@ -29,7 +30,7 @@ const (
 // Run is the record of one command run through the pipeline.
 type Run struct {
 	ID      string `json:"id"`
-	Trigger string `json:"trigger"` // TriggerAPI, TriggerSchedule, TriggerWebhook or TriggerMCP
+	Trigger string `json:"trigger"` // TriggerAPI, TriggerSchedule, TriggerWebhook, TriggerMCP or TriggerE2B
 	// Who caused it: "unix-socket", "api-key:<key id>", "schedule:<id>",
 	// "hook:<id>".
 	Who      string   `json:"who"`

@@ -243,6 +243,24 @@ type FileInfo struct {
 	LinkTarget string    `json:"link_target,omitempty"`
 }
 
+// File system event types (FSEvent.Type).
+const (
+	FSEventCreate = "create" // made, or moved in
+	FSEventWrite  = "write"  // content changed
+	FSEventRemove = "remove" // deleted
+	FSEventRename = "rename" // moved away (its new name, if still watched, is a create)
+	FSEventChmod  = "chmod"  // metadata (mode, owner, times) changed
+)
+
+// FSEvent is one line of GET /v1/sandboxes/{id}/fs/watch (NDJSON): a
+// change of an entry under the watched directory, as the sandbox's
+// kernel reported it (inotify).
+type FSEvent struct {
+	Type string `json:"type"`
+	Path string `json:"path"` // absolute path inside the sandbox
+	Name string `json:"name"` // Path relative to the watched directory ("." for itself)
+}
+
 // FileList is the body of GET /v1/sandboxes/{id}/fs/list.
 type FileList struct {
 	Entries []FileInfo `json:"entries"`

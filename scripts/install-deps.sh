@@ -89,42 +89,33 @@ log "Go $have at $(command -v go) (go.mod wants >= $want)"
 GOTOOLCHAIN=local go mod download
 log "Go modules: downloaded"
 
-# --- npm packages of the MCP test client ------------------------------------
+# --- npm packages of the test clients ---------------------------------------
 # test/mcp_test.go drives the MCP server with the official TypeScript client
-# (test/mcpclient, pinned by its package-lock.json). It is installed with
-# `npm ci` outside the clone, keyed by the lock file's hash, in the directory
-# the test uses (it installs there itself when this step has not run).
-lock=test/mcpclient/package-lock.json
-dir="${XDG_CACHE_HOME:-$HOME/.cache}/agentbox/mcpclient-$(sha256sum "$lock" | cut -c1-16)"
-if [[ -f $dir/node_modules/.agentbox-installed ]]; then
-	log "npm packages of test/mcpclient: present in $dir"
-else
+# (test/mcpclient), test/e2b_test.go the E2B front door with the real `e2b`
+# SDK (test/e2bclient), each pinned by its package-lock.json. They are
+# installed with `npm ci` outside the clone, keyed by the lock file's hash,
+# in the directory the test uses (the test installs there itself when this
+# step has not run).
+npm_client() { # name test scripts...
+	local name=$1 test=$2
+	shift 2
+	local lock=test/$name/package-lock.json
+	local dir="${XDG_CACHE_HOME:-$HOME/.cache}/agentbox/$name-$(sha256sum "$lock" | cut -c1-16)"
+	if [[ -f $dir/node_modules/.agentbox-installed ]]; then
+		log "npm packages of test/$name: present in $dir"
+		return
+	fi
 	mkdir -p "$dir"
-	cp test/mcpclient/package.json "$lock" test/mcpclient/client.mjs "$dir/"
-	# Not fatal here: without the npm registry only TestMCP fails (under
+	cp "test/$name/package.json" "$lock" "${@/#/test/$name/}" "$dir/"
+	# Not fatal here: without the npm registry only that test fails (under
 	# AGENTBOX_TEST_STRICT=1), saying why, and the rest can still run.
 	if (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund); then
 		touch "$dir/node_modules/.agentbox-installed"
-		log "npm packages of test/mcpclient: installed in $dir"
+		log "npm packages of test/$name: installed in $dir"
 	else
-		log "WARNING: npm ci of test/mcpclient failed (no npm registry?): TestMCP will fail or skip"
+		log "WARNING: npm ci of test/$name failed (no npm registry?): $test will fail or skip"
 	fi
-fi
-
-# --- npm packages of the code interpreter's E2B SDK client --------------------
-# test/code_e2b_test.go drives the code server with @e2b/code-interpreter
-# (test/codeclient, pinned by its package-lock.json), installed the same way.
-lock=test/codeclient/package-lock.json
-dir="${XDG_CACHE_HOME:-$HOME/.cache}/agentbox/codeclient-$(sha256sum "$lock" | cut -c1-16)"
-if [[ -f $dir/node_modules/.agentbox-installed ]]; then
-	log "npm packages of test/codeclient: present in $dir"
-else
-	mkdir -p "$dir"
-	cp test/codeclient/package.json "$lock" test/codeclient/client.mjs "$dir/"
-	if (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund); then
-		touch "$dir/node_modules/.agentbox-installed"
-		log "npm packages of test/codeclient: installed in $dir"
-	else
-		log "WARNING: npm ci of test/codeclient failed (no npm registry?): TestCodeServerE2BSDK will fail or skip"
-	fi
-fi
+}
+npm_client mcpclient TestMCP client.mjs
+npm_client e2bclient TestE2BSDK flows.mjs
+npm_client codeclient TestCodeServerE2BSDK client.mjs

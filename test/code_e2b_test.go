@@ -1,69 +1,16 @@
 package test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/testutil"
 )
-
-// npmClientDir returns a directory holding test/<name>'s files and its
-// npm dependencies, installed with `npm ci` (exactly package-lock.json)
-// into a cache outside the clone (agentbox/<name>-<hash of the lock file>
-// under $XDG_CACHE_HOME or ~/.cache), as mcpClientDir does for
-// test/mcpclient; scripts/install-deps.sh installs it ahead.
-func npmClientDir(t *testing.T, name string, files ...string) string {
-	t.Helper()
-	testutil.RequiresBinary(t, "node")
-	npm := testutil.RequiresBinary(t, "npm")
-	src, err := filepath.Abs(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.ReadFile(filepath.Join(src, "package-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(lock)
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(cache, "agentbox", name+"-"+hex.EncodeToString(sum[:])[:16])
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range append([]string{"package.json", "package-lock.json"}, files...) {
-		b, err := os.ReadFile(filepath.Join(src, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := filepath.Join(dir, "node_modules", ".agentbox-installed")
-	if _, err := os.Stat(done); err == nil {
-		return dir
-	}
-	cmd := exec.Command(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	testutil.Requires(t, err == nil, "the npm packages of test/"+name+" (npm ci in "+dir+": "+tail(string(out), 800)+")")
-	if err := os.WriteFile(done, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // TestCodeServerE2BSDK: the code server (`agentbox guest code-server`,
 // here on the host with the host's python3 and bash) speaks E2B's

@@ -18,17 +18,25 @@ import (
 )
 
 // mcpClientDir returns a directory holding test/mcpclient's script and its
-// npm dependencies, installed with `npm ci` (exactly package-lock.json)
-// into a cache outside the clone ($XDG_CACHE_HOME or ~/.cache, under
-// agentbox/mcpclient-<hash of the lock file>), so a fresh CI clone installs
-// once per lock file and a changed lock file gets a fresh install. A
-// missing node or npm, or a failed install (no registry access), skips, or
-// fails under AGENTBOX_TEST_STRICT=1.
+// npm dependencies (npmClientDir).
 func mcpClientDir(t *testing.T) string {
+	t.Helper()
+	return npmClientDir(t, "mcpclient", "client.mjs")
+}
+
+// npmClientDir returns a directory holding the scripts of test/<name>
+// and its npm dependencies, installed with `npm ci` (exactly
+// package-lock.json) into a cache outside the clone ($XDG_CACHE_HOME or
+// ~/.cache, under agentbox/<name>-<hash of the lock file>), so a fresh CI
+// clone installs once per lock file and a changed lock file gets a fresh
+// install (scripts/install-deps.sh fills the same cache). A missing node
+// or npm, or a failed install (no registry access), skips, or fails
+// under AGENTBOX_TEST_STRICT=1.
+func npmClientDir(t *testing.T, name string, scripts ...string) string {
 	t.Helper()
 	testutil.RequiresBinary(t, "node")
 	npm := testutil.RequiresBinary(t, "npm")
-	src, err := filepath.Abs("mcpclient")
+	src, err := filepath.Abs(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,11 +49,11 @@ func mcpClientDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(cache, "agentbox", "mcpclient-"+hex.EncodeToString(sum[:])[:16])
+	dir := filepath.Join(cache, "agentbox", name+"-"+hex.EncodeToString(sum[:])[:16])
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"package.json", "package-lock.json", "client.mjs"} {
+	for _, f := range append([]string{"package.json", "package-lock.json"}, scripts...) {
 		b, err := os.ReadFile(filepath.Join(src, f))
 		if err != nil {
 			t.Fatal(err)
@@ -61,7 +69,7 @@ func mcpClientDir(t *testing.T) string {
 	cmd := exec.Command(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund")
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
-	testutil.Requires(t, err == nil, "the npm packages of test/mcpclient (npm ci in "+dir+": "+tail(string(out), 800)+")")
+	testutil.Requires(t, err == nil, "the npm packages of test/"+name+" (npm ci in "+dir+": "+tail(string(out), 800)+")")
 	if err := os.WriteFile(done, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -302,7 +302,8 @@ func fillRoute(method, path string, o tenantObjects, own string) (string, []byte
 	case "GET /v1/diff":
 		target += "?from=sandbox:" + own + "&to=checkpoint:" + o.checkpoint
 	case "GET /v1/sandboxes/{id}/files", "DELETE /v1/sandboxes/{id}/fs", "GET /v1/sandboxes/{id}/fs/stat",
-		"GET /v1/sandboxes/{id}/fs/list", "GET /v1/sandboxes/{id}/fs/archive", "PUT /v1/sandboxes/{id}/fs/archive":
+		"GET /v1/sandboxes/{id}/fs/list", "GET /v1/sandboxes/{id}/fs/archive", "PUT /v1/sandboxes/{id}/fs/archive",
+		"GET /v1/sandboxes/{id}/fs/watch":
 		target += "?path=/root"
 	case "PUT /v1/sandboxes/{id}/files":
 		target += "?path=/root/x"

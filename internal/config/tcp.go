@@ -15,6 +15,7 @@ const (
 	EnvTLSCert     = "AGENTBOX_TLS_CERT"
 	EnvTLSKey      = "AGENTBOX_TLS_KEY"
 	EnvInsecureTCP = "AGENTBOX_INSECURE_TCP"
+	EnvE2BAddr     = "AGENTBOX_E2B"
 )
 
 // Defaults of the TCP listener's request rate per principal.
@@ -46,6 +47,15 @@ type TCPEdge struct {
 	// 429 with Retry-After. 0 means no limit.
 	TCPRequestRate  float64 `json:"tcp_request_rate,omitempty"`
 	TCPRequestBurst int     `json:"tcp_request_burst,omitempty"`
+
+	// E2BAddr is host:port of the E2B-compatible API (internal/e2b,
+	// docs/E2B.md); empty = off. It has the TCP listener's defences
+	// (TLS with TLSCertFile, connection caps, request rate) and is
+	// authenticated by the same API keys (X-API-KEY).
+	E2BAddr string `json:"e2b_addr,omitempty"`
+	// E2BTemplates map E2B template names to agentbox templates
+	// ("base=debian"), over the defaults (e2b.DefaultTemplates).
+	E2BTemplates []string `json:"e2b_templates,omitempty"`
 }
 
 // TLS reports whether the TCP listener is configured to speak TLS.
@@ -66,6 +76,18 @@ func (c *Config) validateTCP() []error {
 	}
 	if c.TCPAddr != "" && !c.TLS() && !c.InsecureTCP && !loopbackAddr(c.TCPAddr) {
 		bad("tcp address %q is not a loopback address: API keys would cross the network in clear text; give --tls-cert and --tls-key, or --insecure-tcp to accept that", c.TCPAddr)
+	}
+	if c.E2BAddr != "" {
+		if _, ok := portOf(c.E2BAddr); !ok {
+			bad("e2b address %q must be host:port", c.E2BAddr)
+		} else if !c.TLS() && !c.InsecureTCP && !loopbackAddr(c.E2BAddr) {
+			bad("e2b address %q is not a loopback address: API keys would cross the network in clear text; give --tls-cert and --tls-key, or --insecure-tcp to accept that", c.E2BAddr)
+		}
+	}
+	for _, m := range c.E2BTemplates {
+		if k, v, ok := strings.Cut(m, "="); !ok || strings.TrimSpace(k) == "" || strings.TrimSpace(v) == "" {
+			bad("e2b template mapping %q: want E2BNAME=TEMPLATE", m)
+		}
 	}
 	if c.MaxConns < 0 || c.MaxConnsPerAddr < 0 {
 		bad("connection limits must not be negative (max conns %d, per address %d)", c.MaxConns, c.MaxConnsPerAddr)

@@ -37,12 +37,16 @@ func TestTCPInClearTextOnlyOnLoopback(t *testing.T) {
 
 func TestValidateTCPEdgeRejects(t *testing.T) {
 	for name, mutate := range map[string]func(*Config){
-		"cert without key":  func(c *Config) { c.TLSCertFile = "/c.pem" },
-		"key without cert":  func(c *Config) { c.TLSKeyFile = "/k.pem" },
-		"relative cert":     func(c *Config) { c.TLSCertFile, c.TLSKeyFile = "c.pem", "/k.pem" },
-		"negative conns":    func(c *Config) { c.MaxConns = -1 },
-		"negative per addr": func(c *Config) { c.MaxConnsPerAddr = -1 },
-		"negative rate":     func(c *Config) { c.TCPRequestRate = -1 },
+		"cert without key":   func(c *Config) { c.TLSCertFile = "/c.pem" },
+		"key without cert":   func(c *Config) { c.TLSKeyFile = "/k.pem" },
+		"relative cert":      func(c *Config) { c.TLSCertFile, c.TLSKeyFile = "c.pem", "/k.pem" },
+		"negative conns":     func(c *Config) { c.MaxConns = -1 },
+		"negative per addr":  func(c *Config) { c.MaxConnsPerAddr = -1 },
+		"negative rate":      func(c *Config) { c.TCPRequestRate = -1 },
+		"e2b not host:port":  func(c *Config) { c.E2BAddr = "nope" },
+		"e2b in clear text":  func(c *Config) { c.E2BAddr = "0.0.0.0:3000" },
+		"e2b mapping":        func(c *Config) { c.E2BTemplates = []string{"base"} },
+		"e2b empty template": func(c *Config) { c.E2BTemplates = []string{"base="} },
 	} {
 		c := Default()
 		mutate(c)

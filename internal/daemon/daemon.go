@@ -395,6 +395,20 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d.serveOn(tln, tcpHandler)
 		d.log.InfoContext(ctx, "agentbox daemon listening", "tcp", tln.Addr().String(), "tls", d.cfg.TLS())
 	}
+	if d.cfg.E2BAddr != "" {
+		h, err := d.e2bHandler()
+		if err != nil {
+			d.shutdown()
+			return err
+		}
+		eln, err := listenTCP(ctx, &d.cfg.TCPEdge, d.cfg.E2BAddr, d.log)
+		if err != nil {
+			d.shutdown()
+			return err
+		}
+		d.serveOn(eln, h)
+		d.log.InfoContext(ctx, "agentbox daemon serving the E2B API", "addr", eln.Addr().String(), "tls", d.cfg.TLS())
+	}
 	if d.cfg.MetricsAddr != "" {
 		addr := d.cfg.MetricsListenAddr()
 		mln, err := net.Listen("tcp", addr)

@@ -180,9 +180,13 @@ func (s *server) writeFile(c *conn, req *proto.Request) error {
 	if mode&^0o7777 != 0 {
 		return fmt.Errorf("mode %o: %w", mode, errdefs.ErrInvalidArgument)
 	}
+	owner, err := s.owner(req.Owner)
+	if err != nil {
+		return err
+	}
 	dir := filepath.Dir(path)
 	if req.Parents {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := mkdirAllOwned(dir, owner); err != nil {
 			return fmt.Errorf("creating parents of %s: %w", path, err)
 		}
 	}
@@ -208,6 +212,11 @@ func (s *server) writeFile(c *conn, req *proto.Request) error {
 	}()
 	if _, err := io.Copy(tmp, &dataReader{c: c}); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if owner != nil {
+		if err := tmp.Chown(int(owner.uid), int(owner.gid)); err != nil {
+			return fmt.Errorf("chown %s: %w", path, err)
+		}
 	}
 	if err := tmp.Chmod(fileMode(mode)); err != nil {
 		return fmt.Errorf("chmod %s: %w", path, err)
@@ -299,6 +308,10 @@ func (s *server) mkdir(c *conn, req *proto.Request) error {
 	if mode&^0o7777 != 0 {
 		return fmt.Errorf("mode %o: %w", mode, errdefs.ErrInvalidArgument)
 	}
+	owner, err := s.owner(req.Owner)
+	if err != nil {
+		return err
+	}
 	if req.Mkdir.Parents {
 		if fi, err := os.Lstat(path); err == nil {
 			if !fi.IsDir() {
@@ -306,11 +319,15 @@ func (s *server) mkdir(c *conn, req *proto.Request) error {
 			}
 			return c.reply(fileInfo(path, fi))
 		}
-		if err := os.MkdirAll(path, 0o755); err != nil {
+		if err := mkdirAllOwned(path, owner); err != nil {
 			return fmt.Errorf("mkdir %s: %w", path, err)
 		}
 	} else if err := os.Mkdir(path, 0o700); err != nil {
 		return fmt.Errorf("mkdir %s: %w", path, err)
+	} else if owner != nil {
+		if err := os.Lchown(path, int(owner.uid), int(owner.gid)); err != nil {
+			return fmt.Errorf("chown %s: %w", path, err)
+		}
 	}
 	if err := os.Chmod(path, fileMode(mode)); err != nil {
 		return fmt.Errorf("chmod %s: %w", path, err)
@@ -363,4 +380,40 @@ func (s *server) remove(c *conn, req *proto.Request) error {
 		return fmt.Errorf("removing %s: %w", path, err)
 	}
 	return c.reply(nil)
+}
+
+// owner resolves a request's Owner in the sandbox's /etc; nil for "".
+func (s *server) owner(spec string) (*account, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	acct, err := lookupAccount(s.etc, spec)
+	if err != nil {
+		return nil, fmt.Errorf("owner %q: %w", spec, err)
+	}
+	return &acct, nil
+}
+
+// mkdirAllOwned is os.MkdirAll(dir, 0755) that gives the directories it
+// creates to owner (nil: leaves them root's).
+func mkdirAllOwned(dir string, owner *account) error {
+	var made []string
+	for p := dir; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil || p == "/" || p == "." {
+			break
+		}
+		made = append(made, p)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if owner == nil {
+		return nil
+	}
+	for _, p := range made {
+		if err := os.Lchown(p, int(owner.uid), int(owner.gid)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

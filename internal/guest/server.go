@@ -316,6 +316,8 @@ func (s *server) dispatch(c *conn, req *proto.Request) error {
 		return s.tunnel(c, req)
 	case proto.OpDial:
 		return s.dial(c, req)
+	case proto.OpWatch:
+		return s.watch(c, req)
 	}
 	return fmt.Errorf("unknown operation %q: %w", req.Op, errdefs.ErrNotImplemented)
 }

@@ -31,6 +31,7 @@ type fakeService struct {
 	progress  []api.BuildEvent
 	lastExec  api.ExecRequest
 	lastArgs  []any
+	watch     *fakeWatch // returned by WatchDir
 }
 
 var _ Service = (*fakeService)(nil)

@@ -36,6 +36,23 @@ type EventService interface {
 	SandboxEvents(ctx context.Context, id string) ([]api.SandboxEvent, error)
 }
 
+// WatchService is implemented by a Service that can watch a sandbox's
+// directory (GET /v1/sandboxes/{id}/fs/watch).
+type WatchService interface {
+	// WatchDir streams the changes under directory path (recursive: its
+	// subdirectories too) until ctx is done or the stream is closed. It
+	// returns once the directory is watched: a change made after it
+	// returns is reported.
+	WatchDir(ctx context.Context, id, path string, recursive bool) (FSEvents, error)
+}
+
+// FSEvents is a stream of file system events. Next blocks until an event,
+// the end (io.EOF) or an error; Close (from any goroutine) ends it.
+type FSEvents interface {
+	Next() (api.FSEvent, error)
+	Close() error
+}
+
 // maxSecretBody bounds a PUT /v1/secrets body (the service enforces the
 // exact value limit).
 const maxSecretBody = 256 << 10
@@ -55,6 +72,11 @@ func (h *handler) secretRoutes() []route {
 			route{"PUT", "/v1/secrets/{name}", s.put},
 			route{"DELETE", "/v1/secrets/{name}", s.delete},
 		)
+	}
+	if ws, ok := h.svc.(WatchService); ok {
+		rts = append(rts, route{"GET", "/v1/sandboxes/{id}/fs/watch", func(w http.ResponseWriter, r *http.Request) error {
+			return h.watch(ws, w, r)
+		}})
 	}
 	if _, audit := h.svc.(AuditService); audit {
 		// The flight recorder serves the route (auditRoutes).

@@ -221,3 +221,55 @@ func (h *handler) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	_ = out.write(api.BuildEvent{Type: api.BuildEventDone, Template: &t})
 	return nil
 }
+
+// watch streams the changes under a sandbox directory as NDJSON
+// api.FSEvent lines until the client goes away, the daemon shuts down or
+// the guest ends the watch (then an api.Error line with the reason, when
+// it was not a clean end). The first line is written only when a change
+// happens; the response header is sent at once, after the directory is
+// watched, so a client knows changes from then on are reported.
+func (h *handler) watch(ws WatchService, w http.ResponseWriter, r *http.Request) error {
+	id, p, err := idPath(r)
+	if err != nil {
+		return err
+	}
+	recursive, err := boolQuery(r, "recursive")
+	if err != nil {
+		return err
+	}
+	stream, err := ws.WatchDir(r.Context(), id, p, recursive)
+	if err != nil {
+		return err
+	}
+	rs := stateFrom(r.Context())
+	var closeOnce sync.Once
+	closeStream := func() { closeOnce.Do(func() { _ = stream.Close() }) }
+	defer closeStream()
+	stopReq := context.AfterFunc(r.Context(), closeStream)
+	defer stopReq()
+	if shutdown := shutdownContext(r.Context()); shutdown != nil {
+		stopShutdown := context.AfterFunc(shutdown, closeStream)
+		defer stopShutdown()
+	}
+	out := newNDJSON(w)
+	out.started = true
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	_ = out.rc.Flush()
+	for {
+		ev, err := stream.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) || r.Context().Err() != nil {
+				return nil
+			}
+			_, pub := publicError(err, rs.id)
+			rs.err = err
+			_ = out.write(pub)
+			return nil
+		}
+		if err := out.write(ev); err != nil {
+			rs.err = fmt.Errorf("writing stream: %w", err)
+			return nil
+		}
+	}
+}

@@ -63,9 +63,15 @@ func (f *Files) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, a
 // WriteFile streams r into a file, replacing it atomically (observed as
 // "writing <path>").
 func (f *Files) WriteFile(ctx context.Context, id, path string, mode uint32, parents bool, r io.Reader) (api.FileInfo, error) {
+	return f.WriteFileAs(ctx, id, path, "", mode, parents, r)
+}
+
+// WriteFileAs is WriteFile with the file and the parents it makes owned
+// by owner, a user of the sandbox ("" is root).
+func (f *Files) WriteFileAs(ctx context.Context, id, path, owner string, mode uint32, parents bool, r io.Reader) (api.FileInfo, error) {
 	var info api.FileInfo
 	err := f.g.WithGuest(ctx, id, "writing "+path, func(g *client.Client) (err error) {
-		info, err = g.WriteFile(ctx, path, mode, parents, r)
+		info, err = g.WriteFileAs(ctx, path, owner, mode, parents, r)
 		return err
 	})
 	return info, err
@@ -94,9 +100,15 @@ func (f *Files) List(ctx context.Context, id, path string) ([]api.FileInfo, erro
 
 // Mkdir creates a directory (observed as "creating directory <path>").
 func (f *Files) Mkdir(ctx context.Context, id string, req api.MkdirRequest) (api.FileInfo, error) {
+	return f.MkdirAs(ctx, id, "", req)
+}
+
+// MkdirAs is Mkdir with the directory and the parents it makes owned by
+// owner, a user of the sandbox ("" is root).
+func (f *Files) MkdirAs(ctx context.Context, id, owner string, req api.MkdirRequest) (api.FileInfo, error) {
 	var info api.FileInfo
 	err := f.g.WithGuest(ctx, id, "creating directory "+req.Path, func(g *client.Client) (err error) {
-		info, err = g.Mkdir(ctx, req)
+		info, err = g.MkdirAs(ctx, owner, req)
 		return err
 	})
 	return info, err
@@ -134,4 +146,19 @@ func (f *Files) WriteArchive(ctx context.Context, id, path string, r io.Reader) 
 	return f.g.WithGuest(ctx, id, "extracting into "+path, func(g *client.Client) error {
 		return g.WriteArchive(ctx, path, r)
 	})
+}
+
+// Watch watches directory path (recursive: its subdirectories too) for
+// changes, through the guest's inotify (observed as "watching <path>").
+// The stream outlives the call: it holds no lock of the sandbox, ends
+// when ctx is done or the caller closes it, and ends with an error when
+// the guest goes away (the sandbox is hibernated or deleted); a paused
+// sandbox's stream simply waits.
+func (f *Files) Watch(ctx context.Context, id, path string, recursive bool) (*client.Watch, error) {
+	var w *client.Watch
+	err := f.g.WithGuest(ctx, id, "watching "+path, func(g *client.Client) (err error) {
+		w, err = g.Watch(ctx, path, recursive)
+		return err
+	})
+	return w, err
 }

@@ -100,6 +100,26 @@ func exercise(t testing.TB, addr string, timeout time.Duration) []error {
 	}
 	_, err = c.List(ctx, "/d")
 	add(err)
+	if w, err := c.Watch(ctx, "/d", true); err != nil {
+		add(err)
+	} else {
+		for i := 0; ; i++ {
+			ev, err := w.Next()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					add(err)
+				}
+				break
+			}
+			if validFSEvent(ev) != nil {
+				t.Fatalf("watch passed on an invalid event %+v", ev)
+			}
+			if i > 1<<16 {
+				t.Fatal("watch does not end")
+			}
+		}
+		w.Close()
+	}
 	_, err = c.Stat(ctx, "/d")
 	add(err)
 	if rc, err := c.ReadArchive(ctx, "/d"); err != nil {
@@ -243,6 +263,7 @@ func FuzzClient(f *testing.F) {
 	f.Add(cat(frame(proto.FrameResult, `{"name":"f","path":"/f","type":"file","size":2}`), frame(proto.FrameData, "ab"), frame(proto.FrameEOF, "")))
 	f.Add(cat(frame(proto.FrameResult, `[{"name":"a","path":"/d/a","type":"dir"}]`), frame(proto.FrameEOF, "")))
 	f.Add(frame(proto.FrameError, `{"code":"not_found","message":"x"}`))
+	f.Add(cat(frame(proto.FrameResult, "null"), frame(proto.FrameResult, `{"type":"create","path":"/d/a","name":"a"}`), frame(proto.FrameEOF, "")))
 	f.Fuzz(func(t *testing.T, reply []byte) {
 		if len(reply) > 0 && reply[0] == 0xAA {
 			// Hold the connection open: the calls must end at the deadline.

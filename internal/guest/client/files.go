@@ -118,13 +118,20 @@ func (c *Client) ReadFile(ctx context.Context, p string) (io.ReadCloser, api.Fil
 // to a temporary file and renamed into place). mode 0 means 0644; parents
 // creates missing parent directories. r is not read after return.
 func (c *Client) WriteFile(ctx context.Context, p string, mode uint32, parents bool, r io.Reader) (api.FileInfo, error) {
+	return c.WriteFileAs(ctx, p, "", mode, parents, r)
+}
+
+// WriteFileAs is WriteFile with the file (and the parents it makes)
+// owned by owner ("name", "uid" or "name:group" of the sandbox; "" is
+// root).
+func (c *Client) WriteFileAs(ctx context.Context, p, owner string, mode uint32, parents bool, r io.Reader) (api.FileInfo, error) {
 	if err := checkPath(p); err != nil {
 		return api.FileInfo{}, err
 	}
 	if mode&^0o7777 != 0 {
 		return api.FileInfo{}, fmt.Errorf("mode %o: %w", mode, errdefs.ErrInvalidArgument)
 	}
-	w, err := c.open(ctx, &proto.Request{Op: proto.OpWriteFile, Path: p, Mode: mode, Parents: parents})
+	w, err := c.open(ctx, &proto.Request{Op: proto.OpWriteFile, Path: p, Mode: mode, Parents: parents, Owner: owner})
 	if err != nil {
 		return api.FileInfo{}, err
 	}
@@ -194,11 +201,17 @@ func (c *Client) List(ctx context.Context, p string) ([]api.FileInfo, error) {
 
 // Mkdir creates a directory (mode 0 means 0755).
 func (c *Client) Mkdir(ctx context.Context, req api.MkdirRequest) (api.FileInfo, error) {
+	return c.MkdirAs(ctx, "", req)
+}
+
+// MkdirAs is Mkdir with the directory (and the parents it makes) owned
+// by owner ("" is root).
+func (c *Client) MkdirAs(ctx context.Context, owner string, req api.MkdirRequest) (api.FileInfo, error) {
 	if err := checkPath(req.Path); err != nil {
 		return api.FileInfo{}, err
 	}
 	var fi api.FileInfo
-	if err := c.call(ctx, &proto.Request{Op: proto.OpMkdir, Mkdir: &req}, &fi); err != nil {
+	if err := c.call(ctx, &proto.Request{Op: proto.OpMkdir, Mkdir: &req, Owner: owner}, &fi); err != nil {
 		return api.FileInfo{}, err
 	}
 	if err := validFileInfo(fi, false); err != nil {

@@ -124,6 +124,12 @@ const (
 	OpReadArchive = "read_archive"
 	// OpWriteArchive: C Data... (a tar stream) then EOF; S Result(null).
 	OpWriteArchive = "write_archive"
+	// OpWatch: S Result(null) once Path (a directory; with Recursive its
+	// subdirectories too, and those made later) is watched, then one
+	// Result(api.FSEvent) per change, until the client closes the
+	// connection; Error at any point is terminal (events were lost:
+	// ErrResourceExhausted).
+	OpWatch = "watch"
 	// OpTunnel: S Result(null) once the guest listens on 127.0.0.1:<port>
 	// inside the sandbox for every port in Request.Ports; from then on the
 	// connection carries a yamux session (the guest is the yamux client).
@@ -160,11 +166,15 @@ type Request struct {
 	Path       string            `json:"path,omitempty"`        // file operations
 	Mode       uint32            `json:"mode,omitempty"`        // write_file
 	Parents    bool              `json:"parents,omitempty"`     // write_file
-	Recursive  bool              `json:"recursive,omitempty"`   // remove
+	Recursive  bool              `json:"recursive,omitempty"`   // remove, watch
 	Mkdir      *api.MkdirRequest `json:"mkdir,omitempty"`       // mkdir
-	Move       *api.MoveRequest  `json:"move,omitempty"`        // move
-	Ports      []int             `json:"ports,omitempty"`       // tunnel
-	Port       int               `json:"port,omitempty"`        // dial
+	// Owner ("name", "uid" or "name:group", resolved in the sandbox's
+	// /etc) owns what write_file and mkdir create (the file, the
+	// directory, the parents they make); "" leaves it the guest's (root).
+	Owner string           `json:"owner,omitempty"` // write_file, mkdir
+	Move  *api.MoveRequest `json:"move,omitempty"`  // move
+	Ports []int            `json:"ports,omitempty"` // tunnel
+	Port  int              `json:"port,omitempty"`  // dial
 }
 
 // VersionReply is the Result of OpVersion.
