@@ -336,6 +336,13 @@ type BackendInfo struct {
 	Default      bool     `json:"default,omitempty"`
 	Capabilities []string `json:"capabilities"`
 	CgroupMode   string   `json:"cgroup_mode,omitempty"`
+	// Details are facts the backend reports beside its capabilities
+	// (gvisor: runsc, version, platform).
+	Details map[string]string `json:"details,omitempty"`
+	// Unavailable, when set, says why this backend, known to the daemon,
+	// does not run on its host (gvisor without runsc, and how to install
+	// it); a create asking for it is refused (failed_precondition).
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 // Info is the body of GET /v1/info.

@@ -42,6 +42,7 @@ import (
 	"strings"
 
 	"github.com/containerd/cgroups/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/lazyregexp"
@@ -96,6 +97,7 @@ var (
 	_ runtime.Pauser      = (*sandbox)(nil)
 	_ runtime.StatsReader = (*sandbox)(nil)
 	_ runtime.Describer   = (*Backend)(nil)
+	_ runtime.Closer      = (*Backend)(nil)
 )
 
 var (
@@ -144,7 +146,11 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("gvisor backend: no cgroup hierarchy: %w", errdefs.ErrFailedPrecondition)
 	}
 	// The gofer runs as the sandbox's mapped root and opens its mount
-	// sources by path: every directory down to a bundle is 0711.
+	// sources by path: every directory down to a bundle must let others
+	// search it (Root and Root/b are made 0711).
+	if err := checkSearchable(filepath.Dir(cfg.Root)); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{cfg.Root, filepath.Join(cfg.Root, "b")} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("gvisor root: %w", err)
@@ -186,6 +192,31 @@ func (b *Backend) Describe() map[string]string {
 	return map[string]string{"runsc": b.runscPath, "version": b.version, "platform": b.platform}
 }
 
+// Close implements runtime.Closer: it removes what the backend keeps
+// beside its sandboxes: the bind mount of runsc's empty network namespace
+// for gofers in its root (runsc makes it again when it next starts a
+// gofer; running gofers have joined it already), and the cgroup parent
+// once no sandbox is left under it. Sandboxes keep running.
+func (b *Backend) Close() error {
+	p := filepath.Join(b.root, "runsc", "null-netns")
+	for range 64 { // concurrent runsc runs may have stacked several
+		if unix.Unmount(p, unix.MNT_DETACH) != nil {
+			break
+		}
+	}
+	dirs := []string{filepath.Join(cgroupRoot, b.cgroupParent)}
+	if b.mode != "v2" {
+		dirs = nil
+		for _, d := range b.cgroupDirs("") {
+			dirs = append(dirs, filepath.Clean(d))
+		}
+	}
+	for _, d := range dirs {
+		_ = unix.Rmdir(d) // fails, as meant, while a sandbox is left
+	}
+	return nil
+}
+
 // bundleDir is the bundle of sandbox id.
 func (b *Backend) bundleDir(id string) string { return filepath.Join(b.root, "b", id) }
 
@@ -216,4 +247,19 @@ func validateSpec(spec runtime.Spec) error {
 		return fmt.Errorf("sandbox %s: sandbox root must not be host root: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// checkSearchable fails with errdefs.ErrFailedPrecondition unless dir and
+// every directory above it that exists let others search them (o+x).
+func checkSearchable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("gvisor root: directory %s is not searchable by others (mode %04o): runsc's gofer, running as a sandbox's unprivileged root, must reach the bundles below it; chmod o+x it or choose another directory: %w",
+				d, fi.Mode().Perm(), errdefs.ErrFailedPrecondition)
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
 	"github.com/agentbox/agentbox/internal/testutil"
@@ -26,6 +28,11 @@ var (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	runtimetest.RemoveBuildCache()
+	if rootDir != "" {
+		// runsc's empty network namespace for gofers, bind-mounted in
+		// its root once per root.
+		_ = unix.Unmount(filepath.Join(rootDir, "runsc", "null-netns"), unix.MNT_DETACH)
+	}
 	for _, d := range []string{rootDir, layerDir} {
 		if d != "" {
 			os.RemoveAll(d)
@@ -82,6 +89,7 @@ func newBackendTB(t testing.TB) *Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = b.Close() })
 	return b
 }
 
