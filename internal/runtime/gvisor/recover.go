@@ -47,15 +47,11 @@ func (b *Backend) Recover(ctx context.Context, spec runtime.Spec, raw []byte) (r
 	if start, err := procStartTime(st.Pid); err != nil || start != st.StartTime {
 		return nil, fmt.Errorf("recovering sandbox %s: pid %d is not its sandbox process: %w", spec.ID, st.Pid, errdefs.ErrNotFound)
 	}
-	out, err := b.runsc(ctx, "state", spec.ID)
+	rs, err := b.containerState(ctx, spec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("recovering sandbox %s: %v: %w", spec.ID, err, errdefs.ErrNotFound)
 	}
-	var rs struct {
-		Pid    int    `json:"pid"`
-		Status string `json:"status"`
-	}
-	if err := json.Unmarshal(out, &rs); err != nil || rs.Pid != st.Pid || (rs.Status != "running" && rs.Status != "paused") {
+	if rs.Pid != st.Pid || (rs.Status != "running" && rs.Status != "paused") {
 		return nil, fmt.Errorf("recovering sandbox %s: runsc reports pid %d %q: %w", spec.ID, rs.Pid, rs.Status, errdefs.ErrNotFound)
 	}
 	done, err := watchPidfd(pidfd)

@@ -96,29 +96,55 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	return nil
 }
 
-// Pause stops every task of the sandbox in the sentry (runsc pause).
+// Pause stops every task of the sandbox in the sentry (runsc pause). A
+// paused sandbox stays paused: nil, as a frozen cgroup frozen again.
 func (s *sandbox) Pause(ctx context.Context) error {
-	return s.pauseResume(ctx, "pause")
+	return s.pauseResume(ctx, "pause", "paused")
 }
 
-// Resume restarts a paused sandbox's tasks (runsc resume).
+// Resume restarts a paused sandbox's tasks (runsc resume). A running
+// sandbox is left running: nil (a restarted daemon thaws every sandbox
+// it re-adopts, in case its predecessor died with one frozen).
 func (s *sandbox) Resume(ctx context.Context) error {
-	return s.pauseResume(ctx, "resume")
+	return s.pauseResume(ctx, "resume", "running")
 }
 
-func (s *sandbox) pauseResume(ctx context.Context, verb string) error {
+func (s *sandbox) pauseResume(ctx context.Context, verb, want string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {
 		return fmt.Errorf("%s sandbox %s: destroyed: %w", verb, s.spec.ID, errdefs.ErrNotFound)
 	}
-	if _, err := s.b.runsc(ctx, verb, s.spec.ID); err != nil {
-		if notExist(err) {
-			return fmt.Errorf("%s sandbox %s: %w: %w", verb, s.spec.ID, err, errdefs.ErrNotFound)
-		}
-		return fmt.Errorf("%s sandbox %s: %w", verb, s.spec.ID, err)
+	_, err := s.b.runsc(ctx, verb, s.spec.ID)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if notExist(err) {
+		return fmt.Errorf("%s sandbox %s: %w: %w", verb, s.spec.ID, err, errdefs.ErrNotFound)
+	}
+	if st, serr := s.b.containerState(ctx, s.spec.ID); serr == nil && st.Status == want {
+		return nil
+	}
+	return fmt.Errorf("%s sandbox %s: %w", verb, s.spec.ID, err)
+}
+
+// runscState is what runsc state reports of a container.
+type runscState struct {
+	Pid    int    `json:"pid"`
+	Status string `json:"status"` // "created", "running", "paused", "stopped"
+}
+
+// containerState runs runsc state on id.
+func (b *Backend) containerState(ctx context.Context, id string) (runscState, error) {
+	var st runscState
+	out, err := b.runsc(ctx, "state", id)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("runsc state %s: %w", id, err)
+	}
+	return st, nil
 }
 
 // Stats reads the counters of the sandbox's host cgroup: the sentry's and
