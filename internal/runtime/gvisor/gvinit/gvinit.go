@@ -18,6 +18,9 @@
 // sandbox's socket path once it answers, before any user code runs, and
 // then closes the directory to the sandbox (see gvisor.Create).
 //
+// The guest makes itself non-dumpable, as nsinit does, so that sandbox
+// processes cannot reach it through /proc/1.
+//
 // Protocol with the host: the guest is started as "agentbox guest
 // init-gvisor" (Args) as PID 1 of the sandbox; it reports a failure as a
 // JSON nsinit-style {"error": ...} line on stderr (the guest log) and
@@ -29,6 +32,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // Args are the runner's arguments (after argv[0]) that start this stage.
@@ -50,6 +55,12 @@ type Failure struct {
 // Main binds SocketPath and runs serve on it. It never returns: it exits
 // 1 when listening or serve fails, 0 when serve returns nil.
 func Main(serve func(ln net.Listener) error) {
+	// As under native (nsinit): no sandbox process may read the guest's
+	// memory, environment or root through /proc/1, or ptrace it; the
+	// sentry applies the same dumpable rule as Linux.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fail(fmt.Errorf("prctl PR_SET_DUMPABLE: %w", err))
+	}
 	ln, err := net.Listen("unix", SocketPath)
 	if err != nil {
 		fail(fmt.Errorf("listening on %s: %w", SocketPath, err))
