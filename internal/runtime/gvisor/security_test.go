@@ -114,8 +114,13 @@ func TestPlantedSymlinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Count(string(after), "\n") > strings.Count(string(before), "\n") {
-		t.Errorf("host mounts left behind:\n%s", after)
+	// Nothing mounted on the host's /etc, nor left of the bundles (other
+	// processes on the host mount and unmount what they like meanwhile).
+	if n, m := mountsAt(string(before), "/etc"), mountsAt(string(after), "/etc"); m != n {
+		t.Errorf("mounts on the host's /etc: %d before, %d after", n, m)
+	}
+	if strings.Contains(string(after), filepath.Join(rootDir, "b")+"/") {
+		t.Errorf("bundle mounts left on the host:\n%s", after)
 	}
 }
 
@@ -149,4 +154,15 @@ func TestMemoryHog(t *testing.T) {
 		t.Fatalf("Destroy after the memory hog: %v", err)
 	}
 	runtimetest.AssertGone(t, runtimetest.Fixture{Leftovers: leftovers}, sb, spec)
+}
+
+// mountsAt counts the mounts of mountinfo whose mount point is dir.
+func mountsAt(mountinfo, dir string) int {
+	n := 0
+	for _, line := range strings.Split(mountinfo, "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			n++
+		}
+	}
+	return n
 }
