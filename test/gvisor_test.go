@@ -178,3 +178,31 @@ func TestGvisorRecover(t *testing.T) {
 		t.Errorf("sleep's pid %q before the restart, %q after", before, after)
 	}
 }
+
+// TestGvisorUnavailable: a daemon without runsc runs everything on
+// native; info lists gvisor as unavailable and a create asking for it is
+// refused (412 failed_precondition) saying how to install runsc, creating
+// nothing.
+func TestGvisorUnavailable(t *testing.T) {
+	d := newDaemonWith(t, "--runsc", "/nonexistent/runsc")
+	ctx := context.Background()
+	status, body := d.rawRequest(t, "POST", "/v1/sandboxes", []byte(`{"runtime":"gvisor"}`))
+	var apiErr api.Error
+	if status != 412 || json.Unmarshal(body, &apiErr) != nil || apiErr.Code != "failed_precondition" || !strings.Contains(apiErr.Message, "install-deps") {
+		t.Errorf("create on gvisor without runsc: %d %s; want 412 failed_precondition naming install-deps", status, body)
+	}
+	_, errOut, code := d.cli(t, "create", "--runtime", "gvisor")
+	if code == 0 || !strings.Contains(errOut, `runtime "gvisor" is not available on this host`) {
+		t.Errorf("create --runtime gvisor: exit %d: %s", code, errOut)
+	}
+	if sbs, err := d.client.List(ctx, nil); err != nil || len(sbs) != 0 {
+		t.Errorf("sandboxes after the refused creates: %d, %v", len(sbs), err)
+	}
+	out, _, _ := d.cli(t, "info")
+	if !strings.Contains(out, "Runtime gvisor:") || !strings.Contains(out, "unavailable") {
+		t.Errorf("info does not list gvisor as unavailable:\n%s", out)
+	}
+	if got := mustRun(t, d.create(t, agentbox.SandboxSpec{}), "echo native"); got != "native\n" {
+		t.Errorf("a native sandbox beside it: %q", got)
+	}
+}
