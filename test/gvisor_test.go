@@ -132,6 +132,20 @@ func TestGvisorSandbox(t *testing.T) {
 		t.Errorf("after resume: %q", got)
 	}
 
+	// Hibernate (no process left, files kept) and wake on the next call.
+	if err := sb.Hibernate(ctx); err != nil {
+		t.Fatalf("hibernate: %v", err)
+	}
+	if err := sb.Refresh(ctx); err != nil || sb.Info().State != api.StateHibernated {
+		t.Errorf("state after hibernate: %s, %v", sb.Info().State, err)
+	}
+	if left := d.gvisorLeft(t, runsc, id); len(left) > 0 {
+		t.Errorf("hibernated, yet on the host: %v", left)
+	}
+	if got := mustRun(t, sb, "cat /root/out.txt; uname -r"); !strings.HasPrefix(got, "made inside\n") || !strings.Contains(got, "gvisor") {
+		t.Errorf("after wake: %q", got)
+	}
+
 	// A fork of the sandbox runs on gvisor too, on the checkpoint's files.
 	forks, err := sb.Fork(ctx, 1)
 	if err != nil {
