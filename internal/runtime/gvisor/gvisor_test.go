@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -206,4 +207,36 @@ func TestNewRefusesBadSettings(t *testing.T) {
 			t.Errorf("%s: New accepted %+v", name, cfg)
 		}
 	}
+}
+
+// TestSweepOrphans: a sandbox no record claims (a daemon died before it
+// recorded it) is removed by the sweep, its host resources with it; one
+// the daemon keeps is untouched.
+func TestSweepOrphans(t *testing.T) {
+	testutil.Short(t)
+	f := fixture(t)
+	b := newBackendTB(t)
+	kept := runtimetest.NewSpec(t, runtimetest.NewID("keep"), f.Layer, f.RunnerDir)
+	orphan := runtimetest.NewSpec(t, runtimetest.NewID("orph"), f.Layer, f.RunnerDir)
+	runtimetest.Create(t, b, kept)
+	sb, err := b.Create(t.Context(), orphan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swept, err := newBackendTB(t).SweepOrphans(t.Context(), func(id string) bool { return id != orphan.ID })
+	if err != nil || len(swept) != 1 || swept[0] != orphan.ID {
+		t.Fatalf("SweepOrphans = %v, %v; want [%s]", swept, err, orphan.ID)
+	}
+	select {
+	case <-sb.Wait():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the orphan's sandbox process outlived the sweep")
+	}
+	if l := leftovers(t, orphan.ID); len(l) > 0 {
+		t.Errorf("left of the orphan: %v", l)
+	}
+	if out, code := runtimetest.MustExec(t, kept.SocketPath, "echo kept"); code != 0 || out != "kept\n" {
+		t.Errorf("the kept sandbox after the sweep: %q, %d", out, code)
+	}
+	_ = os.RemoveAll(orphan.StateDir) // the daemon's, with its record
 }
