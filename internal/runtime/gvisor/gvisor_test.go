@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
