@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/runtime/gvisor"
@@ -219,4 +220,52 @@ func TestGvisorUnavailable(t *testing.T) {
 	if got := mustRun(t, d.create(t, agentbox.SandboxSpec{}), "echo native"); got != "native\n" {
 		t.Errorf("a native sandbox beside it: %q", got)
 	}
+}
+
+// TestResourceBombsContainedGvisor: a fork bomb and a memory bomb in gvisor
+// sandboxes stay inside their limits and a neighbour keeps answering. The
+// fork bomb's sandbox lives on; the memory bomb takes its whole sandbox
+// with it (the host's OOM killer picks
+// the sentry: docs/GVISOR.md), where under native only the process dies;
+// either way the limit holds and the host is untouched.
+func TestResourceBombsContainedGvisor(t *testing.T) {
+	requiresRunsc(t)
+	d := newDaemon(t)
+	neighbour := d.create(t, agentbox.SandboxSpec{Runtime: "gvisor"})
+	ctx := context.Background()
+
+	t.Run("ForkBomb", func(t *testing.T) {
+		// The sentry holds the bomb (RLIMIT_NPROC: fork fails with
+		// EAGAIN inside, as under native's pids.max), the host cgroup's
+		// backstop (2×64+256 tasks: the sentry's own threads) is never
+		// reached, and the sandbox lives on.
+		sb := d.create(t, agentbox.SandboxSpec{Runtime: "gvisor", Resources: apiResources(0, 0, 64)})
+		res, err := sb.Run(ctx, `bomb() { bomb | bomb & }; bomb; sleep 3; echo done`, agentbox.WithTimeout(20*time.Second))
+		if err != nil || !strings.Contains(string(res.Stderr), "can't fork") {
+			t.Errorf("fork bomb: %v; want it refused inside (stderr %.200q)", err, res.Stderr)
+		}
+		if out := mustRun(t, neighbour, "echo alive"); strings.TrimSpace(out) != "alive" {
+			t.Fatalf("neighbour answered %q", out)
+		}
+		if n := countSandboxProcs(t, d, sb.ID()); n > 2*64+256 {
+			t.Fatalf("sandbox has %d host tasks, over its host backstop", n)
+		}
+		if err := sb.Refresh(ctx); err != nil || sb.Info().State != api.StateRunning {
+			t.Errorf("the bombed sandbox: %s, %v; want running", sb.Info().State, err)
+		}
+	})
+
+	t.Run("MemoryBomb", func(t *testing.T) {
+		sb := d.create(t, agentbox.SandboxSpec{Runtime: "gvisor", Resources: apiResources(0, 64<<20, 0)})
+		res, err := sb.Run(ctx, `dd if=/dev/zero bs=1M count=512 | sort > /dev/null; echo survived`, agentbox.WithTimeout(60*time.Second))
+		if err == nil && res.ExitCode == 0 && strings.Contains(string(res.Stdout), "survived") {
+			t.Errorf("512 MiB sorted under a 64 MiB limit: %q", res.Stdout)
+		}
+		if events := memoryOOMKills(t, sb.ID()); events == 0 {
+			t.Fatalf("no OOM kill recorded in the sandbox's memory cgroup (exec: %v)", err)
+		}
+		if out := mustRun(t, neighbour, "echo alive"); strings.TrimSpace(out) != "alive" {
+			t.Fatalf("neighbour answered %q", out)
+		}
+	})
 }

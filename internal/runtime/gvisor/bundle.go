@@ -86,7 +86,16 @@ func ociSpec(spec runtime.Spec, bdir, cgroupsPath string) *specs.Spec {
 		},
 	}
 	if n := spec.Resources.OpenFiles; n > 0 {
-		process.Rlimits = []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: uint64(n), Soft: uint64(n)}}
+		process.Rlimits = append(process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NOFILE", Hard: uint64(n), Soft: uint64(n)})
+	}
+	// The pids limit is the sentry's: RLIMIT_NPROC, which it enforces on
+	// every task of a user without CAP_SYS_ADMIN or CAP_SYS_RESOURCE (no
+	// sandbox process has them), so a fork bomb gets EAGAIN inside as
+	// under native. The host cgroup's pids.max (resources) is a backstop
+	// with room for the sentry's and the gofer's own threads: reached, it
+	// would fail the sentry's thread creation and kill the whole sandbox.
+	if n := spec.Resources.PidsMax; n > 0 {
+		process.Rlimits = append(process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(n), Soft: uint64(n)})
 	}
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
@@ -129,7 +138,8 @@ func ociSpec(spec runtime.Spec, bdir, cgroupsPath string) *specs.Spec {
 
 // resources maps the sandbox's limits onto the OCI spec's, which runsc
 // applies to the sandbox's host cgroup (the sentry and gofer are its
-// processes) and the sentry to its own view of memory.
+// processes) and the sentry to its own view of memory. The pids limit is
+// the backstop of hostPidsLimit; the sandbox's own is RLIMIT_NPROC.
 func resources(r runtime.Resources) *specs.LinuxResources {
 	out := &specs.LinuxResources{}
 	if r.CPUs > 0 {
@@ -142,11 +152,17 @@ func resources(r runtime.Resources) *specs.LinuxResources {
 		out.Memory = &specs.LinuxMemory{Limit: &limit, Swap: &limit}
 	}
 	if r.PidsMax > 0 {
-		limit := r.PidsMax
+		limit := hostPidsLimit(r.PidsMax)
 		out.Pids = &specs.LinuxPids{Limit: &limit}
 	}
 	return out
 }
+
+// hostPidsLimit is the host cgroup's pids.max of a sandbox whose pids limit
+// is n (enforced inside by the sentry, RLIMIT_NPROC): room for n tasks with
+// a host thread each (systrap runs every task on a stub thread), and for
+// the sentry's and the gofer's own threads.
+func hostPidsLimit(n int64) int64 { return 2*n + 256 }
 
 // layerIDs is the range spec's files are owned by on disk.
 func layerIDs(spec runtime.Spec) runtime.IDMap {

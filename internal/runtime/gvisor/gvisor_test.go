@@ -144,15 +144,40 @@ func readLimits(t *testing.T, sb runtime.Sandbox) runtime.Resources {
 		p, _ := strconv.ParseFloat(f[1], 64)
 		r.CPUs = q / p
 		r.MemoryBytes = readInt(t, filepath.Join(dir, "memory.max"))
-		r.PidsMax = readInt(t, filepath.Join(dir, "pids.max"))
+		r.PidsMax = sentryPidsLimit(t, s)
+		if host := readInt(t, filepath.Join(dir, "pids.max")); host != hostPidsLimit(r.PidsMax) {
+			t.Errorf("host pids.max = %d, want the backstop %d", host, hostPidsLimit(r.PidsMax))
+		}
 		return r
 	}
+	r.PidsMax = sentryPidsLimit(t, s)
 	quota := readInt(t, filepath.Join(cgroupRoot, "cpu", rel, "cpu.cfs_quota_us"))
 	period := readInt(t, filepath.Join(cgroupRoot, "cpu", rel, "cpu.cfs_period_us"))
 	r.CPUs = float64(quota) / float64(period)
 	r.MemoryBytes = readInt(t, filepath.Join(cgroupRoot, "memory", rel, "memory.limit_in_bytes"))
-	r.PidsMax = readInt(t, filepath.Join(cgroupRoot, "pids", rel, "pids.max"))
+	if host := readInt(t, filepath.Join(cgroupRoot, "pids", rel, "pids.max")); host != hostPidsLimit(r.PidsMax) {
+		t.Errorf("host pids.max = %d, want the backstop %d", host, hostPidsLimit(r.PidsMax))
+	}
 	return r
+}
+
+// sentryPidsLimit reads the pids limit the sentry enforces on the
+// sandbox's processes (RLIMIT_NPROC), from inside.
+func sentryPidsLimit(t *testing.T, s *sandbox) int64 {
+	t.Helper()
+	out, code := runtimetest.MustExec(t, s.spec.SocketPath, "grep 'Max processes' /proc/self/limits")
+	f := strings.Fields(out)
+	if code != 0 || len(f) < 4 {
+		t.Fatalf("/proc/self/limits: %q, %d", out, code)
+	}
+	if f[2] == "unlimited" {
+		return 0
+	}
+	n, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		t.Fatalf("Max processes %q", f[2])
+	}
+	return n
 }
 
 // leftovers lists what of sandbox id is still on the host: cgroup dirs in

@@ -148,9 +148,10 @@ func (b *Backend) containerState(ctx context.Context, id string) (runscState, er
 }
 
 // Stats reads the counters of the sandbox's host cgroup: the sentry's and
-// the gofer's CPU time and memory, and their threads and processes (the
-// sandbox's processes are tasks of the sentry; under systrap each address
-// space is a stub process of the host).
+// the gofer's CPU time and memory, and OOM kills; Pids is the sandbox's
+// tasks as the sentry counts them (runsc events --stats: what its pids
+// limit, RLIMIT_NPROC, holds), or the host cgroup's tasks when the sentry
+// does not answer.
 func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 	st, err := readStats(s.b.mode, s.st.Cgroup)
 	if err != nil {
@@ -158,6 +159,18 @@ func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 			return runtime.Stats{}, fmt.Errorf("sandbox %s: %w", s.spec.ID, errdefs.ErrNotFound)
 		}
 		return runtime.Stats{}, fmt.Errorf("sandbox %s: stats: %w", s.spec.ID, err)
+	}
+	if out, err := s.b.runsc(ctx, "events", "--stats", s.spec.ID); err == nil {
+		var ev struct {
+			Data struct {
+				Pids struct {
+					Current int64 `json:"current"`
+				} `json:"pids"`
+			} `json:"data"`
+		}
+		if json.Unmarshal(out, &ev) == nil && ev.Data.Pids.Current > 0 {
+			st.Pids = ev.Data.Pids.Current
+		}
 	}
 	return st, nil
 }
