@@ -254,6 +254,18 @@ func logTail(spec runtime.Spec) string {
 		_, _ = f.Seek(fi.Size()-max, io.SeekStart)
 	}
 	b, _ := io.ReadAll(io.LimitReader(f, max))
+	return quoteGuestLog(b)
+}
+
+// quoteGuestLog renders the end of a guest log for an error message: the
+// error of gvinit's JSON failure line when it is one, else the text, always
+// quoted (the guest's output is untrusted) and at most a few KiB; "" for
+// an empty log.
+func quoteGuestLog(b []byte) string {
+	const max = 2048
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
 		return ""
@@ -261,6 +273,9 @@ func logTail(spec runtime.Spec) string {
 	var fl gvinit.Failure
 	if json.Unmarshal([]byte(s), &fl) == nil && fl.Error != "" {
 		s = fl.Error
+		if len(s) > max {
+			s = s[:max]
+		}
 	}
 	return " (guest log: " + strconv.Quote(s) + ")"
 }

@@ -25,12 +25,9 @@ func (b *Backend) Recover(ctx context.Context, spec runtime.Spec, raw []byte) (r
 	if !idPattern.MatchString(spec.ID) {
 		return nil, fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
-	var st state
-	if err := json.Unmarshal(raw, &st); err != nil || st.Pid <= 1 {
-		return nil, fmt.Errorf("recovering sandbox %s: unusable state: %w", spec.ID, errdefs.ErrNotFound)
-	}
-	if st.ContainerID != spec.ID {
-		return nil, fmt.Errorf("recovering sandbox %s: state names container %q: %w", spec.ID, st.ContainerID, errdefs.ErrNotFound)
+	st, err := parseState(raw, spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("recovering sandbox %s: %w", spec.ID, err)
 	}
 	// Open the pidfd first: once held, the pid cannot be reused behind
 	// our back, so the checks below are about this very process.
@@ -61,6 +58,19 @@ func (b *Backend) Recover(ctx context.Context, spec runtime.Spec, raw []byte) (r
 	ok = true
 	b.log.InfoContext(ctx, "sandbox recovered", "sandbox", spec.ID, "pid", st.Pid)
 	return b.newSandbox(spec, st, done), nil
+}
+
+// parseState reads the State of sandbox id: errdefs.ErrNotFound unless it
+// is JSON naming a sandbox process (pid > 1) and the container id.
+func parseState(raw []byte, id string) (state, error) {
+	var st state
+	if err := json.Unmarshal(raw, &st); err != nil || st.Pid <= 1 {
+		return state{}, fmt.Errorf("unusable state: %w", errdefs.ErrNotFound)
+	}
+	if st.ContainerID != id {
+		return state{}, fmt.Errorf("state names container %q: %w", st.ContainerID, errdefs.ErrNotFound)
+	}
+	return st, nil
 }
 
 // Cleanup removes whatever is left of a sandbox from its spec alone: the
