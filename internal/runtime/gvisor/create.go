@@ -101,7 +101,7 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 			log.Warn("teardown: deleting runsc container", "err", err)
 		}
 	})
-	pid, err := b.run(spec, bdir)
+	pid, err := b.run(ctx, spec, bdir)
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 	}
@@ -170,8 +170,10 @@ func prepareSocketPath(path string) error {
 
 // run starts the container detached and returns the sandbox process's pid
 // (the sentry's, which exits when the guest does). The guest's stdout and
-// stderr, and runsc's own messages, go to the guest log.
-func (b *Backend) run(spec runtime.Spec, bdir string) (int, error) {
+// stderr, and runsc's own messages, go to the guest log. runsc is killed
+// when ctx ends first (its error is then ctx's); the caller's teardown
+// deletes whatever it had made.
+func (b *Backend) run(ctx context.Context, spec runtime.Spec, bdir string) (int, error) {
 	logFile, err := os.OpenFile(filepath.Join(spec.StateDir, guestLogName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("guest log: %w", err)
@@ -179,10 +181,13 @@ func (b *Backend) run(spec runtime.Spec, bdir string) (int, error) {
 	defer logFile.Close()
 	pidFile := filepath.Join(bdir, "pid")
 	args := append(b.globalFlags(), "run", "--detach", "--bundle="+bdir, "--pid-file="+pidFile, spec.ID)
-	cmd := exec.Command(b.runscPath, args...)
+	cmd := exec.CommandContext(ctx, b.runscPath, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = bdir
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("runsc run: %w", errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
+		}
 		return 0, fmt.Errorf("runsc run: %w%s", err, logTail(spec))
 	}
 	raw, err := os.ReadFile(pidFile)
