@@ -287,6 +287,10 @@ type TemplateSpec struct {
 	// Resources are the defaults of sandboxes of this template (zero
 	// fields: the daemon's); not part of the build.
 	Resources *Resources `json:"resources,omitempty"`
+	// Runtime is the isolation backend (Info.Backends) of sandboxes of
+	// this template whose create names none; "": the daemon's default.
+	// Not part of the build: build steps run on the daemon's default.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // TemplateStep is one build step; exactly one field is set.

@@ -269,3 +269,29 @@ func TestResourceBombsContainedGvisor(t *testing.T) {
 		}
 	})
 }
+
+// TestTemplateRuntime: a template may name the backend of its sandboxes;
+// a create that names none runs there, one that names another runs there;
+// a template naming no valid backend is refused.
+func TestTemplateRuntime(t *testing.T) {
+	requiresRunsc(t)
+	d := newDaemon(t)
+	ctx := context.Background()
+	if _, err := d.client.BuildTemplate(ctx, api.BuildTemplateRequest{Spec: &api.TemplateSpec{
+		Name: "sentried", Base: "busybox", Runtime: "gvisor",
+	}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	sb := d.create(t, agentbox.SandboxSpec{Template: "sentried"})
+	if sb.Info().Backend != "gvisor" || !strings.Contains(mustRun(t, sb, "uname -r"), "gvisor") {
+		t.Errorf("sandbox of a gvisor template: backend %q", sb.Info().Backend)
+	}
+	if nat := d.create(t, agentbox.SandboxSpec{Template: "sentried", Runtime: "native"}); nat.Info().Backend != "native" {
+		t.Errorf("asking for native on a gvisor template: backend %q", nat.Info().Backend)
+	}
+	if _, err := d.client.BuildTemplate(ctx, api.BuildTemplateRequest{Spec: &api.TemplateSpec{
+		Name: "bad", Base: "busybox", Runtime: "Not A Backend",
+	}}, nil); !agentbox.IsInvalidArgument(err) {
+		t.Errorf("a template naming no valid backend: %v, want invalid argument", err)
+	}
+}

@@ -55,6 +55,24 @@ func (m *Manager) resolveRuntime(req *api.CreateSandboxRequest) (runtime.Backend
 	return b, nil
 }
 
+// templateRuntime is the backend the template called name (""; the
+// default template) asks for its sandboxes (api.TemplateSpec.Runtime); ""
+// when it asks for none or cannot be resolved (the create then reports
+// why).
+func (m *Manager) templateRuntime(ctx context.Context, name string) string {
+	if m.templates == nil { // a core without templates (tests)
+		return ""
+	}
+	if name == "" {
+		name = m.cfg.DefaultTemplate
+	}
+	tmpl, err := m.template(ctx, name)
+	if err != nil {
+		return ""
+	}
+	return tmpl.Spec.Runtime
+}
+
 // backendInfos describes every backend, the default first, then those
 // marked unavailable.
 func (m *Manager) backendInfos() []api.BackendInfo {
