@@ -13,9 +13,10 @@
 // Spec.LayerIDs on disk are root's inside; the runner dir read-only at
 // /.agentbox; no network but the sentry's loopback (--network=none, no
 // route to the host; egress goes through the guest's tunnel, as under
-// native); cgroup limits from linux.resources, applied by runsc to the
-// sandbox's host cgroup (v1, v2 or hybrid: runsc's cgroup code, the same
-// as containerd's, takes a hybrid host's v1 hierarchies).
+// native); CPU and memory limits from linux.resources, applied by runsc
+// to the sandbox's host cgroup (v1, v2, or a hybrid host's v1
+// hierarchies), and the pids limit as the sentry's RLIMIT_NPROC with a
+// host backstop (bundle.go).
 //
 // The guest is the same runner as native's, started as "agentbox guest
 // init-gvisor" (package gvinit) as PID 1; it serves the same guest
@@ -25,7 +26,8 @@
 // before any user code runs.
 //
 // Lifecycle: Pause and Resume are runsc pause/resume (the sentry stops its
-// tasks); Stats reads the sandbox's host cgroup; Destroy and Cleanup are
+// tasks); Stats reads the sandbox's host cgroup, and its pids from the
+// sentry; SweepOrphans removes what no record claims; Destroy and Cleanup are
 // runsc delete --force plus the bundle's mounts, the socket and the state
 // dir, and need nothing but the id; Recover checks the sandbox process
 // (pid and start time) and runsc's state. The State keeps the runsc root
