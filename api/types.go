@@ -305,6 +305,10 @@ type TemplateSpec struct {
 	// Resources are the defaults of sandboxes of this template (zero
 	// fields: the daemon's); not part of the build.
 	Resources *Resources `json:"resources,omitempty"`
+	// Runtime is the isolation backend (Info.Backends) of sandboxes of
+	// this template whose create names none; "": the daemon's default.
+	// Not part of the build: build steps run on the daemon's default.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // TemplateStep is one build step; exactly one field is set.
@@ -354,6 +358,13 @@ type BackendInfo struct {
 	Default      bool     `json:"default,omitempty"`
 	Capabilities []string `json:"capabilities"`
 	CgroupMode   string   `json:"cgroup_mode,omitempty"`
+	// Details are facts the backend reports beside its capabilities
+	// (gvisor: runsc, version, platform).
+	Details map[string]string `json:"details,omitempty"`
+	// Unavailable, when set, says why this backend, known to the daemon,
+	// does not run on its host (gvisor without runsc, and how to install
+	// it); a create asking for it is refused (failed_precondition).
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 // Info is the body of GET /v1/info.

@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -43,6 +44,7 @@ func mainErr() error {
 		egressB  = flag.Bool("egress", true, "measure the egress proxy (needs -agentbox's binary)")
 		poolB    = flag.Bool("pool", true, "measure warm-pool claims (needs -agentbox's binary)")
 		svcB     = flag.Bool("serviceurl", true, "measure the service URL proxy against the same request from inside (needs -agentbox's binary)")
+		gvisorB  = flag.Bool("gvisor", true, "measure runsc run and agentbox on its gvisor backend (needs runsc: scripts/install-deps.sh)")
 		scale    = flag.Bool("scale", false, "measure density (-scale-n paused sandboxes, minutes), wake, creates/s at concurrency 16 and noisy neighbours (needs -agentbox's binary)")
 		scaleN   = flag.Int("scale-n", 1000, "paused sandboxes for the density measurement")
 		parts    = flag.String("scale-parts", "noisy,rate,density", "which -scale measurements to run, comma-separated: noisy (exec next to CPU-burning neighbours), rate (creates/s at concurrency 16), density (memory per paused sandbox, resume and wake)")
@@ -97,6 +99,12 @@ func mainErr() error {
 		}
 		if *svcB {
 			results = append(results, measureServiceURL(ctx, b, root, abin, *template, *buildTO)...)
+		}
+		if *gvisorB {
+			if err := makeBundle(ctx, b.bundle, []string{"/bin/true"}); err != nil && !errors.Is(err, os.ErrExist) {
+				fmt.Fprintln(os.Stderr, "bench: bundle:", err)
+			}
+			results = append(results, measureGvisor(ctx, b, tmp, abin, *template, *buildTO)...)
 		}
 		if *scale {
 			r, l := measureScale(ctx, b, abin, *template, *buildTO, *scaleN, scaleParts(*parts))

@@ -283,7 +283,10 @@ const methodText = `
   Ctrl-C.
 
 Checkpoint, restore and fork figures (Go benchmarks, the second step of
-` + "`make bench`" + `): [BENCHMARKS-undo.md](BENCHMARKS-undo.md).
+` + "`make bench`" + `): [BENCHMARKS-undo.md](BENCHMARKS-undo.md). The gVisor rows and
+what bounds them: [BENCHMARKS-gvisor.md](BENCHMARKS-gvisor.md) (a run of
+` + "`go run ./bench -peers=false -egress=false -pool=false -write -doc docs/BENCHMARKS-gvisor.md`" + `;
+a full ` + "`make bench`" + ` measures them here too).
 
 Reproduce: ` + "`sudo make bench`" + ` (prints only) or ` + "`sudo make bench BENCH_FLAGS=-write`" + `
 (also rewrites this file); ` + "`go run ./bench -h`" + ` lists the flags.

@@ -119,3 +119,29 @@ npm_client() { # name test scripts...
 npm_client mcpclient TestMCP client.mjs
 npm_client e2bclient TestE2BSDK flows.mjs
 npm_client codeclient TestCodeServerE2BSDK client.mjs
+
+# --- gVisor's runsc ---------------------------------------------------------
+# The gvisor backend (internal/runtime/gvisor) runs sandboxes under runsc,
+# built here from the Go module proxy at the version the backend pins
+# (gvisor.PinnedVersion, read from its source so it is said in one place),
+# statically: a cgo build cannot start its sandbox, which re-executes itself
+# in an empty chroot with no dynamic loader. Cached outside the clone, keyed
+# by version (the daemon and the tests look there first); 3-4 minutes the
+# first time.
+runsc_version=$(sed -n 's/^const PinnedVersion = "\(v[^"]*\)"$/\1/p' internal/runtime/gvisor/runsc.go)
+[[ -n $runsc_version ]] || die "no PinnedVersion in internal/runtime/gvisor/runsc.go"
+runsc_dir="${XDG_CACHE_HOME:-$HOME/.cache}/agentbox/runsc-$runsc_version"
+if [[ -x $runsc_dir/runsc ]]; then
+	log "runsc $runsc_version: present in $runsc_dir"
+else
+	log "building runsc $runsc_version (static; 3-4 minutes)"
+	tmp=$(mktemp -d "${runsc_dir%/*}/.runsc-build.XXXXXX" 2>/dev/null || { mkdir -p "${runsc_dir%/*}" && mktemp -d "${runsc_dir%/*}/.runsc-build.XXXXXX"; })
+	if ! CGO_ENABLED=0 GOTOOLCHAIN=local GOBIN="$tmp" go install "gvisor.dev/gvisor/runsc@$runsc_version"; then
+		rm -rf "$tmp"
+		die "building runsc $runsc_version failed (the gvisor backend and its tests need it)"
+	fi
+	mkdir -p "$runsc_dir"
+	mv "$tmp/runsc" "$runsc_dir/runsc"
+	rm -rf "$tmp"
+	log "runsc $runsc_version: built into $runsc_dir"
+fi

@@ -135,7 +135,19 @@ func startUpstreams(t *testing.T, dir string) *upstream {
 	return u
 }
 
-func TestEgressFromInsideSandbox(t *testing.T) {
+func TestEgressFromInsideSandbox(t *testing.T) { egressFromInside(t, "native") }
+
+// TestEgressFromInsideSandboxGvisor: the same from a gvisor sandbox, whose
+// loopback is the sentry's network stack and whose only way out is the
+// guest's tunnel, as under native.
+func TestEgressFromInsideSandboxGvisor(t *testing.T) {
+	requiresRunsc(t)
+	egressFromInside(t, "gvisor")
+}
+
+// egressFromInside checks the egress path and its policy from inside a
+// sandbox on backend rt.
+func egressFromInside(t *testing.T, rt string) {
 	dir := t.TempDir()
 	up := startUpstreams(t, dir)
 	bin := buildStatic(t, dir, "httpsget", httpsgetSrc)
@@ -144,7 +156,7 @@ func TestEgressFromInsideSandbox(t *testing.T) {
 		t.Fatalf("storing secret: %d %s", code, body)
 	}
 	hp, tp := strconv.Itoa(up.httpPort), strconv.Itoa(up.tlsPort)
-	sb := d.create(t, agentbox.SandboxSpec{Network: &api.NetworkSpec{
+	sb := d.create(t, agentbox.SandboxSpec{Runtime: rt, Network: &api.NetworkSpec{
 		Mode:        api.NetworkEgress,
 		Allow:       []string{"good.test:" + hp, "good.test:" + tp, "loop.good.test:*", "meta.good.test:*", "denied.test:*"},
 		Deny:        []string{"denied.test"},

@@ -47,7 +47,7 @@ func TestCreateRuntime(t *testing.T) {
 	}
 
 	_, errOut, code = d.cli(t, "create", "--runtime", "nosuch")
-	if code == 0 || !strings.Contains(errOut, `runtime "nosuch": no such backend (this daemon runs native)`) {
+	if code == 0 || !strings.Contains(errOut, `runtime "nosuch": no such backend (this daemon runs native`) {
 		t.Errorf("create --runtime nosuch: exit %d, stderr %q; want refused naming the backends", code, errOut)
 	}
 	status, body := d.rawRequest(t, "POST", "/v1/sandboxes", []byte(`{"runtime":"nosuch"}`))
@@ -64,9 +64,16 @@ func TestCreateRuntime(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &info) != nil {
 		t.Fatalf("info --json: exit %d: %s %s", code, out, errOut)
 	}
-	if info.Backend != "native" || len(info.Backends) != 1 || info.Backends[0].Name != "native" || !info.Backends[0].Default ||
+	if info.Backend != "native" || len(info.Backends) != 2 || info.Backends[0].Name != "native" || !info.Backends[0].Default ||
 		len(info.Backends[0].Capabilities) == 0 || strings.Join(info.Backends[0].Capabilities, ",") != strings.Join(info.Capabilities, ",") {
-		t.Errorf("info: backend %q capabilities %v, backends %+v; want native, the default, with its capabilities", info.Backend, info.Capabilities, info.Backends)
+		t.Errorf("info: backend %q capabilities %v, backends %+v; want native, the default, with its capabilities, then gvisor", info.Backend, info.Capabilities, info.Backends)
+	}
+	// gvisor is listed too: running, with runsc's version and platform,
+	// or unavailable, saying how to install runsc.
+	if g := info.Backends[len(info.Backends)-1]; g.Name != "gvisor" || g.Default ||
+		(g.Unavailable == "" && (g.Details["version"] == "" || g.Details["platform"] == "")) ||
+		(g.Unavailable != "" && !strings.Contains(g.Unavailable, "install-deps")) {
+		t.Errorf("info: gvisor backend %+v", g)
 	}
 	if out, _, _ := d.cli(t, "info"); !strings.Contains(out, "Runtime native:") || !strings.Contains(out, "default") {
 		t.Errorf("info does not list the native runtime as the default:\n%s", out)
@@ -87,7 +94,7 @@ func TestRecoverRuntime(t *testing.T) {
 	cmd := exec.Command(agentboxBin(t), "serve", "--data-dir", d.dataDir, "--socket", d.socket, "--runtime", "nosuch")
 	cmd.Env = append(cmd.Environ(), "AGENTBOX_SECRETS_KEY_FILE="+d.dir+"/secrets.key")
 	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), `runtime "nosuch": no such backend (this daemon has native)`) {
+	if err == nil || !strings.Contains(string(out), `runtime "nosuch": no such backend (this daemon has native, gvisor)`) {
 		t.Errorf("serve --runtime nosuch: %v, %s; want refused naming the backends", err, out)
 	}
 

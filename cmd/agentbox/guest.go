@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/runner"
+	"github.com/agentbox/agentbox/internal/runtime/gvisor/gvinit"
 	"github.com/agentbox/agentbox/internal/runtime/native/forker"
 	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 	"github.com/agentbox/agentbox/internal/version"
@@ -40,21 +41,19 @@ func guestCommand() *cobra.Command {
 			if faultInject == "guest-init" {
 				os.Exit(1)
 			}
-			nsinit.Main(func(ln net.Listener) error {
-				// The version names this very build (runner.Build of our
-				// own executable) so an upgrade can tell guests apart. It
-				// is read when first asked for: parsing our ELF headers is
-				// no part of a sandbox's start-up.
-				v := sync.OnceValue(func() string {
-					build, _ := runner.Build("/proc/self/exe")
-					return runner.GuestVersion(version.Version, build)
-				})
-				// Warnings go to the guest's log file (its stderr, in the
-				// sandbox's state dir on the host).
-				log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-				return guest.Serve(context.Background(), ln, guest.Options{VersionOf: v, Logger: log, ExecCgroup: nsinit.ExecCgroupDir()})
-			})
+			nsinit.Main(func(ln net.Listener) error { return serveGuest(ln, nsinit.ExecCgroupDir()) })
 			os.Exit(0)
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   gvinit.Args[1],
+		Short: "Serve as PID 1 of a gVisor sandbox (runsc set it up)",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			if faultInject == "guest-init" {
+				os.Exit(1)
+			}
+			gvinit.Main(func(ln net.Listener) error { return serveGuest(ln, nil) })
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -78,4 +77,21 @@ func guestCommand() *cobra.Command {
 		cmd.AddCommand(sub())
 	}
 	return cmd
+}
+
+// serveGuest serves the guest protocol on ln, with per-exec cgroups under
+// execCgroup (nil: none).
+func serveGuest(ln net.Listener, execCgroup *os.File) error {
+	// The version names this very build (runner.Build of our own
+	// executable) so an upgrade can tell guests apart. It is read when
+	// first asked for: parsing our ELF headers is no part of a sandbox's
+	// start-up.
+	v := sync.OnceValue(func() string {
+		build, _ := runner.Build("/proc/self/exe")
+		return runner.GuestVersion(version.Version, build)
+	})
+	// Warnings go to the guest's log file (its stderr, in the sandbox's
+	// state dir on the host).
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return guest.Serve(context.Background(), ln, guest.Options{VersionOf: v, Logger: log, ExecCgroup: execCgroup})
 }

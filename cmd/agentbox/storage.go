@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -40,11 +42,18 @@ func infoCmd() *cobra.Command {
 			fmt.Fprintf(tw, "Backend:\t%s (cgroup %s)\n", info.Backend, info.CgroupMode)
 			fmt.Fprintf(tw, "Capabilities:\t%v\n", info.Capabilities)
 			for _, b := range info.Backends {
+				if b.Unavailable != "" {
+					fmt.Fprintf(tw, "Runtime %s:\tunavailable: %s\n", b.Name, b.Unavailable)
+					continue
+				}
 				def := ""
 				if b.Default {
 					def = ", default"
 				}
 				fmt.Fprintf(tw, "Runtime %s:\t%v (cgroup %s%s)\n", b.Name, b.Capabilities, b.CgroupMode, def)
+				for _, k := range slices.Sorted(maps.Keys(b.Details)) {
+					fmt.Fprintf(tw, "  %s:\t%s\n", k, b.Details[k])
+				}
 			}
 			fmt.Fprintf(tw, "Storage driver:\t%s\n", info.StorageDriver)
 			dq := info.DiskQuota

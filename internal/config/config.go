@@ -59,6 +59,9 @@ const (
 	EnvPrespawn = "AGENTBOX_PRESPAWN"
 	// EnvRuntime: see Config.Runtime.
 	EnvRuntime = "AGENTBOX_RUNTIME"
+	// EnvRunsc and EnvGvisorPlatform: see Config.Runsc and GvisorPlatform.
+	EnvRunsc          = "AGENTBOX_RUNSC"
+	EnvGvisorPlatform = "AGENTBOX_GVISOR_PLATFORM"
 )
 
 // Defaults.
@@ -263,6 +266,14 @@ type Config struct {
 	// request names none (internal/runtime.Registry; "native"). The daemon
 	// refuses to start when it runs no backend of that name.
 	Runtime string `json:"runtime,omitempty"`
+	// Runsc is the runsc binary of the gvisor backend; empty looks in
+	// scripts/install-deps.sh's cache, then on $PATH. Without one the
+	// daemon runs without that backend, and a create asking for it is
+	// refused saying how to install it.
+	Runsc string `json:"runsc,omitempty"`
+	// GvisorPlatform is runsc's platform: systrap (the default, empty),
+	// ptrace, or kvm (only where /dev/kvm really works).
+	GvisorPlatform string `json:"gvisor_platform,omitempty"`
 	// CPUYield makes sandboxes that stay CPU-bound yield the CPU to the
 	// other sandboxes and, while any does, all sandboxes to the host (see
 	// internal/runtime/native/cpuyield.go). Nil means on.
@@ -410,6 +421,14 @@ func (c *Config) Validate() error {
 	}
 	if c.DefaultTemplate == "" {
 		bad("default template must be set")
+	}
+	if c.Runsc != "" && !filepath.IsAbs(c.Runsc) {
+		bad("runsc %q must be an absolute path", c.Runsc)
+	}
+	switch c.GvisorPlatform {
+	case "", "systrap", "ptrace", "kvm":
+	default:
+		bad("gvisor platform %q must be systrap, ptrace or kvm", c.GvisorPlatform)
 	}
 	if c.Runtime != "" && !runtime.ValidName(c.Runtime) {
 		bad("runtime %q must be a backend name (lower-case letters, digits and dashes)", c.Runtime)

@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/gvisor"
 	"github.com/agentbox/agentbox/internal/runtime/native"
 )
 
@@ -40,6 +41,7 @@ type backendFactory struct {
 // "Adding a backend").
 var builtinBackends = []backendFactory{
 	{native.Name, newNativeBackend},
+	{gvisor.Name, newGvisorBackend},
 }
 
 // checkRuntime refuses, before the daemon makes anything, a default
@@ -67,7 +69,8 @@ func checkRuntime(cfg *config.Config, factories []backendFactory, extra []runtim
 // of its name), then extra. A backend other than the default that cannot
 // start on this host is left out with a warning: the sandboxes recorded on
 // it are left as they are until a daemon that runs it starts (Manager
-// Recover). On error every backend built is closed again.
+// Recover), and marked unavailable in the registry, so a create asking
+// for it says why. On error every backend built is closed again.
 func newBackends(env backendEnv, factories []backendFactory, extra []runtime.Backend) (_ *runtime.Registry, err error) {
 	def := env.cfg.Runtime
 	if def == "" {
@@ -78,6 +81,7 @@ func newBackends(env backendEnv, factories []backendFactory, extra []runtime.Bac
 		given[b.Capabilities().Name] = true
 	}
 	var built []runtime.Backend
+	unavailable := map[string]error{}
 	defer func() {
 		if err != nil {
 			for i := len(built) - 1; i >= 0; i-- {
@@ -97,6 +101,7 @@ func newBackends(env backendEnv, factories []backendFactory, extra []runtime.Bac
 			return nil, fmt.Errorf("starting the %s backend: %w", f.name, err)
 		case err != nil:
 			env.log.Warn("backend unavailable; sandboxes recorded on it are left as they are", "backend", f.name, "err", err)
+			unavailable[f.name] = err
 			continue
 		case b.Capabilities().Name != f.name:
 			built = append(built, b)
@@ -107,6 +112,9 @@ func newBackends(env backendEnv, factories []backendFactory, extra []runtime.Bac
 	reg, err := runtime.NewRegistry(def, append(built, extra...)...)
 	if err != nil {
 		return nil, err
+	}
+	for name, why := range unavailable {
+		reg.MarkUnavailable(name, why)
 	}
 	env.log.Info("backends", "default", reg.DefaultName(), "all", reg.Names())
 	return reg, nil
@@ -145,4 +153,23 @@ func prespawn(cfg *config.Config, p *native.Prespawn) *native.Prespawn {
 		return nil
 	}
 	return p
+}
+
+// newGvisorBackend builds the gvisor backend of a daemon: runsc from the
+// configuration (or install-deps' cache, or $PATH), its root beside the
+// sandboxes' sockets in the run dir (the guest's socket is renamed from
+// there into place, so they must share a filesystem; /run outlives a
+// daemon restart but not a reboot, as the sandboxes), and a cgroup parent
+// of its own next to native's. Without runsc it fails
+// (errdefs.ErrFailedPrecondition, saying how to install it) and the daemon
+// runs without it.
+func newGvisorBackend(env backendEnv) (runtime.Backend, error) {
+	cfg := env.cfg
+	return gvisor.New(gvisor.Config{
+		Runsc:        cfg.Runsc,
+		Root:         filepath.Join(filepath.Dir(cfg.SocketPath), "gvisor"),
+		Platform:     cfg.GvisorPlatform,
+		CgroupParent: cfg.EffectiveCgroupParent(env.realDataDir) + "-gvisor",
+		Logger:       env.log,
+	})
 }

@@ -110,6 +110,14 @@ func TestNewBackendsUnavailable(t *testing.T) {
 	if err != nil || !slices.Equal(reg.Names(), []string{"native"}) {
 		t.Fatalf("names %v, %v; want native only", reg.Names(), err)
 	}
+	// Asking for it says why it is not there, not that there is no such
+	// backend.
+	if _, err := reg.Lookup("gvisor"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "not on this host") {
+		t.Errorf("Lookup(gvisor) = %v; want failed precondition with the reason", err)
+	}
+	if u := reg.Unavailable(); len(u) != 1 || u["gvisor"] == nil {
+		t.Errorf("Unavailable() = %v", u)
+	}
 	made = nil
 	_, err = newBackends(envWith("gvisor"), factories(&made, "gvisor", "native", "gvisor"), nil)
 	if err == nil || !strings.Contains(err.Error(), "starting the gvisor backend: not on this host") {

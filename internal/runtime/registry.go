@@ -21,6 +21,9 @@ type Registry struct {
 	def    string
 	byName map[string]Backend
 	order  []Backend // registration order
+	// unavailable holds, by name, why a backend the daemon knows could
+	// not start on this host (MarkUnavailable).
+	unavailable map[string]error
 }
 
 // NewRegistry returns the registry of backends whose default is the one
@@ -54,6 +57,35 @@ func NewRegistry(def string, backends ...Backend) (*Registry, error) {
 	return r, nil
 }
 
+// MarkUnavailable records that the backend called name is one the daemon
+// knows but could not start on this host, for reason (e.g. gvisor without
+// runsc): a Lookup of it then fails with that reason (wrapped in
+// errdefs.ErrFailedPrecondition unless it carries a category of its own)
+// instead of "no such backend", and Unavailable lists it. Call it only
+// while building the registry, before it is shared; a name that runs is
+// left as it is.
+func (r *Registry) MarkUnavailable(name string, reason error) {
+	if _, ok := r.byName[name]; ok || reason == nil {
+		return
+	}
+	if r.unavailable == nil {
+		r.unavailable = map[string]error{}
+	}
+	if errdefs.Code(reason) == "internal" { // no category of its own
+		reason = fmt.Errorf("%w: %w", reason, errdefs.ErrFailedPrecondition)
+	}
+	r.unavailable[name] = reason
+}
+
+// Unavailable returns the backends marked unavailable, by name, with why.
+func (r *Registry) Unavailable() map[string]error {
+	out := make(map[string]error, len(r.unavailable))
+	for k, v := range r.unavailable {
+		out[k] = v
+	}
+	return out
+}
+
 // ValidName reports whether name can name a backend: 1 to 32 lower-case
 // letters, digits and dashes, starting with a letter or digit.
 func ValidName(name string) bool {
@@ -70,13 +102,17 @@ func ValidName(name string) bool {
 
 // Lookup returns the backend called name; "" is the default. An unknown
 // name fails with errdefs.ErrInvalidArgument (names come from requests and
-// the configuration), the message listing the backends there are.
+// the configuration), the message listing the backends there are; a
+// backend marked unavailable fails with its reason (MarkUnavailable).
 func (r *Registry) Lookup(name string) (Backend, error) {
 	if name == "" {
 		name = r.def
 	}
 	if b, ok := r.byName[name]; ok {
 		return b, nil
+	}
+	if reason, ok := r.unavailable[name]; ok {
+		return nil, fmt.Errorf("runtime %q is not available on this host: %w", name, reason)
 	}
 	return nil, fmt.Errorf("runtime %q: %w", name, r.unknown())
 }

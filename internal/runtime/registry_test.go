@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -156,5 +157,34 @@ func TestRegistryOptionalInterfaces(t *testing.T) {
 	}
 	if want := []string{"fill alpha", "fill beta", "close beta", "close alpha"}; !slices.Equal(log, want) {
 		t.Errorf("calls %v, want %v", log, want)
+	}
+}
+
+// TestRegistryUnavailable: a backend marked unavailable is refused by
+// Lookup with its reason, failed precondition unless the reason has a
+// category of its own; a running backend is never marked; an unknown name
+// is still invalid.
+func TestRegistryUnavailable(t *testing.T) {
+	r, err := runtime.NewRegistry("", &stub{name: "native"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.MarkUnavailable("gvisor", errors.New("runsc is not installed"))
+	r.MarkUnavailable("vm", fmt.Errorf("no kvm: %w", errdefs.ErrUnavailable))
+	r.MarkUnavailable("native", errors.New("ignored: it runs"))
+	if _, err := r.Lookup("gvisor"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), `runtime "gvisor" is not available on this host: runsc is not installed`) {
+		t.Errorf("Lookup(gvisor) = %v", err)
+	}
+	if _, err := r.Lookup("vm"); !errdefs.IsUnavailable(err) || errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Lookup(vm) = %v; want its own category", err)
+	}
+	if b, err := r.Lookup("native"); err != nil || b.Capabilities().Name != "native" {
+		t.Errorf("Lookup(native) = %v, %v", b, err)
+	}
+	if _, err := r.Lookup("nosuch"); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("Lookup(nosuch) = %v", err)
+	}
+	if u := r.Unavailable(); len(u) != 2 || u["gvisor"] == nil || u["vm"] == nil {
+		t.Errorf("Unavailable() = %v", u)
 	}
 }

@@ -84,6 +84,12 @@ const (
 	// the host's. A backend without it (the in-process test backend)
 	// runs them on the host as the daemon's own children.
 	CapIsolation = "isolation"
+	// CapOwnKernel: sandbox processes make their system calls to a kernel
+	// of the backend's own (gVisor's sentry, a user-space kernel), never
+	// to the host's: a host kernel bug in the syscall surface is not
+	// reachable from inside. CapSeccomp and CapUserNamespaces then say
+	// nothing about the sandbox processes themselves.
+	CapOwnKernel = "own-kernel"
 )
 
 // Capabilities describe what a backend enforces. A backend lists only what it
@@ -254,6 +260,14 @@ type Sweeper interface {
 // prespawned guest never takes one (IDRangeClaimer). Idempotent.
 type Prespawner interface {
 	FillPool()
+}
+
+// Describer is implemented by backends with facts to report beside their
+// capabilities (gvisor: runsc's path, gVisor version and platform);
+// agentbox info shows them (api.BackendInfo.Details). The map is the
+// caller's.
+type Describer interface {
+	Describe() map[string]string
 }
 
 // Sandbox is one running (or exited) sandbox. Methods are safe for

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/runtime"
@@ -53,17 +55,44 @@ func (m *Manager) resolveRuntime(req *api.CreateSandboxRequest) (runtime.Backend
 	return b, nil
 }
 
-// backendInfos describes every backend, the default first.
+// templateRuntime is the backend the template called name (""; the
+// default template) asks for its sandboxes (api.TemplateSpec.Runtime); ""
+// when it asks for none or cannot be resolved (the create then reports
+// why).
+func (m *Manager) templateRuntime(ctx context.Context, name string) string {
+	if m.templates == nil { // a core without templates (tests)
+		return ""
+	}
+	if name == "" {
+		name = m.cfg.DefaultTemplate
+	}
+	tmpl, err := m.template(ctx, name)
+	if err != nil {
+		return ""
+	}
+	return tmpl.Spec.Runtime
+}
+
+// backendInfos describes every backend, the default first, then those
+// marked unavailable.
 func (m *Manager) backendInfos() []api.BackendInfo {
 	var out []api.BackendInfo
 	for _, b := range m.backends.All() {
 		caps := b.Capabilities()
-		out = append(out, api.BackendInfo{
+		info := api.BackendInfo{
 			Name:         caps.Name,
 			Default:      caps.Name == m.backends.DefaultName(),
 			Capabilities: append([]string{}, caps.Features...),
 			CgroupMode:   caps.CgroupMode,
-		})
+		}
+		if d, ok := b.(runtime.Describer); ok {
+			info.Details = d.Describe()
+		}
+		out = append(out, info)
+	}
+	unavailable := m.backends.Unavailable()
+	for _, name := range slices.Sorted(maps.Keys(unavailable)) {
+		out = append(out, api.BackendInfo{Name: name, Capabilities: []string{}, Unavailable: unavailable[name].Error()})
 	}
 	return out
 }

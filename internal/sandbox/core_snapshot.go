@@ -254,6 +254,10 @@ type ForkSpec struct {
 	Tenant, Template, TemplateID string
 	Env, Labels                  map[string]string
 	Resources                    api.Resources
+	// Runtime is the backend the fork runs on, the checkpoint's source
+	// sandbox's ("": the default); one this daemon does not run fails the
+	// fork.
+	Runtime string
 }
 
 // CreateFork creates and starts sandbox spec.ID with a fresh identity:
@@ -265,6 +269,10 @@ type ForkSpec struct {
 func (m *Manager) CreateFork(ctx context.Context, spec ForkSpec) (_ api.Sandbox, err error) {
 	id := spec.ID
 	p := m.paths(id)
+	backend, err := m.backends.Lookup(spec.Runtime)
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating fork %s: %w", id, err)
+	}
 	rec := store.SandboxRecord{
 		Sandbox: api.Sandbox{
 			ID:         id,
@@ -276,7 +284,7 @@ func (m *Manager) CreateFork(ctx context.Context, spec ForkSpec) (_ api.Sandbox,
 			Labels:     cloneMap(spec.Labels),
 			Resources:  spec.Resources,
 			Hostname:   id,
-			Backend:    m.backends.DefaultName(),
+			Backend:    backend.Capabilities().Name,
 			CreatedAt:  time.Now().UTC(),
 		},
 		Layers:     spec.Layers,

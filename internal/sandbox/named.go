@@ -35,6 +35,9 @@ func (m *Manager) CreateSandbox(ctx context.Context, req api.CreateSandboxReques
 // sandbox is left behind.
 func (m *Manager) CreateOrGetSandbox(ctx context.Context, req api.CreateSandboxRequest) (_ api.Sandbox, created bool, _ error) {
 	asked := req // the options as asked, before defaults fill them in
+	if req.Runtime == "" {
+		req.Runtime = m.templateRuntime(ctx, req.Template)
+	}
 	if _, err := m.resolveRuntime(&req); err != nil {
 		return api.Sandbox{}, false, fmt.Errorf("creating sandbox: %w", err)
 	}

@@ -141,6 +141,7 @@ func (m *Snapshots) checkpointLocked(ctx context.Context, h *sandbox.Handle, req
 		Env:        maps.Clone(sb.Env),
 		Resources:  sb.Resources,
 		TemplateID: sb.TemplateID,
+		Backend:    sb.Backend,
 	}
 	for _, l := range chain {
 		rec.Checkpoint.Layers = append(rec.Checkpoint.Layers, l.ID)

@@ -185,5 +185,6 @@ func (m *Snapshots) forkOne(ctx context.Context, id string, ck store.CheckpointR
 		Env:        env,
 		Labels:     req.Labels,
 		Resources:  ck.Resources,
+		Runtime:    ck.Backend,
 	})
 }

@@ -35,8 +35,11 @@ type CheckpointRecord struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Resources api.Resources     `json:"resources"`
 	// TemplateID is the source sandbox's template id.
-	TemplateID string    `json:"template_id,omitempty"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	TemplateID string `json:"template_id,omitempty"`
+	// Backend is the source sandbox's isolation backend, which its forks
+	// run on ("": the daemon's default, as for records before it).
+	Backend   string    `json:"backend,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 var _ CheckpointStore = (*Bolt)(nil)

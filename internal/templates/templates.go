@@ -284,6 +284,9 @@ func Validate(spec api.TemplateSpec) error {
 	if err := validate.Environ(spec.Env); err != nil {
 		return fmt.Errorf("template %s: %w", spec.Name, err)
 	}
+	if spec.Runtime != "" && !runtime.ValidName(spec.Runtime) {
+		return fmt.Errorf("template %s: runtime %q is not a backend name: %w", spec.Name, spec.Runtime, errdefs.ErrInvalidArgument)
+	}
 	for i, st := range spec.Steps {
 		n := 0
 		if st.Run != "" {

@@ -288,3 +288,15 @@ func TestPlantedSymlinksRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestSecuritySuite runs the security suite every backend runs
+// (runtimetest.RunSecurity) with native's posture: a seccomp filter, the
+// default capabilities, and a /dev bound from a fixed list.
+func TestSecuritySuite(t *testing.T) {
+	testutil.Short(t)
+	runtimetest.RunSecurity(t, fixture(t), runtimetest.Posture{
+		Seccomp: "2",
+		CapMask: fmt.Sprintf("%016x", nsinit.DefaultCapMask()),
+		Dev:     []string{".", "..", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"},
+	})
+}

@@ -1,5 +1,5 @@
 // Command testguest is a minimal guest for backend tests: it runs the real
-// nsinit setup, then serves the line protocol of package lineguest on the
+// nsinit setup (or gvinit's, under gVisor), then serves the line protocol of package lineguest on the
 // sandbox socket.
 //
 // Build with CGO_ENABLED=0 (nsinit needs it), as runtimetest.BuildTestGuest does.
@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/agentbox/agentbox/internal/runtime/gvisor/gvinit"
 	"github.com/agentbox/agentbox/internal/runtime/native/forker"
 	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
 	"github.com/agentbox/agentbox/internal/runtime/runtimetest/lineguest"
@@ -24,6 +25,10 @@ func main() {
 	if len(os.Args) == 3 && os.Args[1] == "guest" && os.Args[2] == "hold" {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
+	}
+	// As PID 1 of a gVisor sandbox (package gvisor).
+	if len(os.Args) == 3 && os.Args[1] == gvinit.Args[0] && os.Args[2] == gvinit.Args[1] {
+		gvinit.Main(serve)
 	}
 	nsinit.Main(serve)
 }

@@ -1,0 +1,286 @@
+package gvisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/cleanup"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/gvisor/gvinit"
+)
+
+const (
+	// setupTimeout bounds a Create whose ctx has no deadline.
+	setupTimeout = 30 * time.Second
+	// teardownTimeout bounds the teardown of a failed Create and Destroy's
+	// wait for the sandbox process.
+	teardownTimeout = 15 * time.Second
+	guestLogName    = "guest.log"
+)
+
+// Create starts the sandbox: its bundle (bundle.go), then `runsc run
+// --detach`, then waits until the guest answers on the socket it bound in
+// the bundle's socket directory. That socket is then renamed to
+// spec.SocketPath (a rename keeps a bound unix socket reachable: connect
+// resolves the path to the same inode), and the directory given back to
+// host root, 0555: the sandbox, whose root is an unprivileged host uid in
+// the gofer, can create nothing there any more. Only the guest has run by
+// then, so the socket moved is the guest's own. On error everything Create
+// made is removed: the runsc container, the mounts, the bundle, the
+// socket, and the state dir if Create made it.
+func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbox, retErr error) {
+	if err := validateSpec(spec); err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, setupTimeout)
+		defer cancel()
+	}
+	start := time.Now()
+	log := b.log.With("sandbox", spec.ID)
+	teardown := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	}
+	var undo cleanup.Stack
+	defer undo.Clean()
+
+	bdir := b.bundleDir(spec.ID)
+	if err := os.Mkdir(bdir, 0o711); errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("creating sandbox %s: it exists on the gvisor backend: %w", spec.ID, errdefs.ErrAlreadyExists)
+	} else if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: bundle: %w", spec.ID, err)
+	}
+	undo.Add(func() {
+		if err := unmountBundle(bdir); err != nil {
+			log.Warn("teardown: removing bundle", "err", err)
+		}
+	})
+	if err := prepareStateDir(spec, &undo); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	if fi, err := os.Stat(filepath.Join(spec.RunnerDir, "agentbox")); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("creating sandbox %s: no guest binary in runner dir %s: %w", spec.ID, spec.RunnerDir, errdefs.ErrFailedPrecondition)
+	}
+	if err := mountRootfs(spec, bdir); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: root filesystem: %w", spec.ID, err)
+	}
+	ids := layerIDs(spec)
+	udir := filepath.Join(bdir, bundleSocket)
+	if err := os.Mkdir(udir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	if err := os.Chown(udir, int(ids.HostID), int(ids.HostID)); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	if err := writeSpec(bdir, ociSpec(spec, bdir, b.cgroupPath(spec.ID))); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: writing its OCI spec: %w", spec.ID, err)
+	}
+	if err := prepareSocketPath(spec.SocketPath); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+
+	// From here on the container may exist: it is deleted on error.
+	undo.Add(func() {
+		tctx, cancel := teardown()
+		defer cancel()
+		if err := b.deleteContainer(tctx, spec.ID); err != nil {
+			log.Warn("teardown: deleting runsc container", "err", err)
+		}
+	})
+	pid, err := b.run(ctx, spec, bdir)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	pidfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: sandbox pid %d: %w", spec.ID, pid, err)
+	}
+	startTime, err := procStartTime(pid)
+	if err != nil {
+		unix.Close(pidfd)
+		return nil, fmt.Errorf("creating sandbox %s: sandbox pid %d: %w", spec.ID, pid, err)
+	}
+	done, err := watchPidfd(pidfd)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	tRun := time.Since(start)
+	sock := filepath.Join(udir, gvinit.SocketName)
+	if err := waitGuest(ctx, sock, done); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w%s", spec.ID, err, logTail(spec))
+	}
+	if err := claimSocket(sock, spec.SocketPath, udir); err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	}
+	undo.Add(func() { _ = os.Remove(spec.SocketPath) })
+	st := state{Pid: pid, StartTime: startTime, ContainerID: spec.ID, Root: b.root, Bundle: bdir, Cgroup: b.cgroupPath(spec.ID)}
+	undo.Release()
+	log.InfoContext(ctx, "sandbox created", "pid", pid, "took", time.Since(start), "runsc_run", tRun)
+	return b.newSandbox(spec, st, done), nil
+}
+
+// prepareStateDir creates spec.StateDir (0700) unless it exists; the undo
+// removes it again only if Create made it.
+func prepareStateDir(spec runtime.Spec, undo *cleanup.Stack) error {
+	if _, err := os.Stat(spec.StateDir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(spec.StateDir, 0o700); err != nil {
+			return fmt.Errorf("creating state dir: %w", err)
+		}
+		undo.Add(func() { _ = os.RemoveAll(spec.StateDir) })
+	} else if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	undo.Add(func() { _ = os.Remove(filepath.Join(spec.StateDir, guestLogName)) })
+	return os.Chmod(spec.StateDir, 0o700)
+}
+
+// prepareSocketPath makes the socket's directory (0700) and removes a
+// stale socket at path; anything else there is ErrAlreadyExists.
+func prepareSocketPath(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("creating socket dir: %w", err)
+	}
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && fi.Mode()&os.ModeSocket != 0:
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("removing stale socket: %w", err)
+		}
+	case err == nil:
+		return fmt.Errorf("socket path %s exists and is not a socket: %w", path, errdefs.ErrAlreadyExists)
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("socket path: %w", err)
+	}
+	return nil
+}
+
+// run starts the container detached and returns the sandbox process's pid
+// (the sentry's, which exits when the guest does). The guest's stdout and
+// stderr, and runsc's own messages, go to the guest log. runsc is killed
+// when ctx ends first (its error is then ctx's); the caller's teardown
+// deletes whatever it had made.
+func (b *Backend) run(ctx context.Context, spec runtime.Spec, bdir string) (int, error) {
+	logFile, err := os.OpenFile(filepath.Join(spec.StateDir, guestLogName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("guest log: %w", err)
+	}
+	defer logFile.Close()
+	pidFile := filepath.Join(bdir, "pid")
+	args := append(b.globalFlags(), "run", "--detach", "--bundle="+bdir, "--pid-file="+pidFile, spec.ID)
+	cmd := exec.CommandContext(ctx, b.runscPath, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = bdir
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("runsc run: %w", errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
+		}
+		return 0, fmt.Errorf("runsc run: %w%s", err, logTail(spec))
+	}
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, fmt.Errorf("runsc run: pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("runsc run: pid file holds %q", raw)
+	}
+	return pid, nil
+}
+
+// waitGuest waits until the guest accepts connections on sock, the
+// sandbox process exits (done) or ctx ends.
+func waitGuest(ctx context.Context, sock string, done <-chan struct{}) error {
+	delay := time.Millisecond
+	for {
+		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("the sandbox exited before its guest listened: %w", errdefs.ErrInternal)
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the guest: %w", errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 20*time.Millisecond)
+	}
+}
+
+// claimSocket moves the guest's socket sock to path and closes its
+// directory udir to the sandbox (host root's, 0555).
+func claimSocket(sock, path, udir string) error {
+	fi, err := os.Lstat(sock)
+	if err != nil {
+		return fmt.Errorf("guest socket: %w", err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("guest socket %s is not a socket: %w", sock, errdefs.ErrInternal)
+	}
+	if err := os.Rename(sock, path); err != nil {
+		return fmt.Errorf("moving the guest socket into place: %w", err)
+	}
+	if err := os.Lchown(path, 0, 0); err != nil {
+		return err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		return err
+	}
+	if err := os.Chown(udir, 0, 0); err != nil {
+		return err
+	}
+	return os.Chmod(udir, 0o555)
+}
+
+// logTail is the end of the guest log, for an error message ("" when it is
+// empty). What the guest wrote is untrusted: it is only quoted.
+func logTail(spec runtime.Spec) string {
+	f, err := os.Open(filepath.Join(spec.StateDir, guestLogName))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const max = 2048
+	if fi, err := f.Stat(); err == nil && fi.Size() > max {
+		_, _ = f.Seek(fi.Size()-max, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, max))
+	return quoteGuestLog(b)
+}
+
+// quoteGuestLog renders the end of a guest log for an error message: the
+// error of gvinit's JSON failure line when it is one, else the text, always
+// quoted (the guest's output is untrusted) and at most a few KiB; "" for
+// an empty log.
+func quoteGuestLog(b []byte) string {
+	const max = 2048
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return ""
+	}
+	var fl gvinit.Failure
+	if json.Unmarshal([]byte(s), &fl) == nil && fl.Error != "" {
+		s = fl.Error
+		if len(s) > max {
+			s = s[:max]
+		}
+	}
+	return " (guest log: " + strconv.Quote(s) + ")"
+}
