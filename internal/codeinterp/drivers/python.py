@@ -24,13 +24,38 @@ os.close(4)
 _MARK = os.environ.pop("AGENTBOX_CODE_MARKER", "").encode()
 _DRIVER = sys._getframe().f_code.co_filename
 
-# Line-buffered output: a print is one write (text and newline together),
-# flushed at its newline; the rest is flushed at the end of the cell.
-for _s in (sys.stdout, sys.stderr):
-    try:
-        _s.reconfigure(line_buffering=True)
-    except Exception:
-        pass
+class _Lines:
+    """Line-buffered output where a print is one write of text and newline
+    together (a line-buffered TextIOWrapper before Python 3.12 flushes
+    "a" and "\n" as two writes, which reach the client as two stdout
+    events): the stream buffers, and a write holding a newline flushes it.
+    The rest is flushed at the end of the cell."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        n = self._stream.write(text)
+        if "\n" in text or "\r" in text:
+            self._stream.flush()
+        return n
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+for _name in ("stdout", "stderr"):
+    _s = getattr(sys, _name)
+    if _s is not None:
+        try:
+            _s.reconfigure(line_buffering=False, write_through=False)
+        except Exception:
+            pass
+        setattr(sys, _name, _Lines(_s))
 
 warnings.filterwarnings("ignore", message=".*non-interactive.*")
 os.environ.setdefault("MPLBACKEND", "Agg")
