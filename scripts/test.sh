@@ -201,7 +201,7 @@ integration() {
 	[[ -x bin/agentbox ]] || { echo "bin/agentbox missing: the build step failed or was not run"; return 1; }
 	[[ -d test ]] || { echo "no ./test directory"; return 1; }
 	scripts/neighbour.sh env AGENTBOX_BIN="$ROOT/bin/agentbox" AGENTBOX_TEST_STRICT=1 \
-		go test -count=1 -p 1 -timeout 30m -v ./test/...
+		go test -count=1 -p 1 -timeout 60m -v ./test/...
 }
 
 # The XFS project-quota and cgroup v2 tests in a TCG VM (no KVM needed):
