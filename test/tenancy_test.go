@@ -294,6 +294,7 @@ func fillRoute(method, path string, o tenantObjects, own string) (string, []byte
 	for k, v := range map[string]string{
 		"{id}": o.sandbox, "{cid}": o.checkpoint, "{pid}": strconv.Itoa(o.pid), "{name}": name,
 		"{sid}": sid, "{run}": o.run, "{tenant}": o.tenant, "{key}": o.key, "{exposure}": o.exposure,
+		"{ctx}": "ctx-" + o.sandbox,
 	} {
 		target = strings.ReplaceAll(target, k, v)
 	}
@@ -337,6 +338,10 @@ func fillRoute(method, path string, o tenantObjects, own string) (string, []byte
 		body = []byte(`{"quotas":{"max_sandboxes":1}}`)
 	case "POST /v1/sandboxes/{id}/exposures":
 		body = []byte(`{"port":8080}`)
+	case "POST /v1/sandboxes/{id}/code":
+		body = []byte(`{"code":"1"}`)
+	case "POST /v1/sandboxes/{id}/code/contexts":
+		body = []byte(`{"language":"python"}`)
 	case "GET /v1/exposures":
 		target += "?sandbox=" + o.sandbox
 	case "PUT /v1/templates/{name}/pool":
