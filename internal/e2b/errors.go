@@ -19,35 +19,14 @@ type apiError struct {
 	Message string `json:"message"`
 }
 
-// statusOf is the HTTP status of an error's category.
+// statusOf is the HTTP status of an error's category (errdefs.HTTPStatus,
+// the table the API edge answers with too); a body over its limit is 413.
 func statusOf(err error) int {
 	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe), errors.Is(err, errdefs.ErrTooLarge):
+	if errors.As(err, &mbe) {
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, errdefs.ErrInvalidArgument):
-		return http.StatusBadRequest
-	case errors.Is(err, errdefs.ErrUnauthenticated):
-		return http.StatusUnauthorized
-	case errors.Is(err, errdefs.ErrPermissionDenied):
-		return http.StatusForbidden
-	case errors.Is(err, errdefs.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, errdefs.ErrAlreadyExists), errors.Is(err, errdefs.ErrConflict):
-		return http.StatusConflict
-	case errors.Is(err, errdefs.ErrFailedPrecondition):
-		return http.StatusPreconditionFailed
-	case errors.Is(err, errdefs.ErrResourceExhausted):
-		return http.StatusTooManyRequests
-	case errors.Is(err, errdefs.ErrNotImplemented):
-		return http.StatusNotImplemented
-	case errors.Is(err, errdefs.ErrUnavailable):
-		return http.StatusServiceUnavailable
-	case errors.Is(err, errdefs.ErrDeadlineExceeded):
-		return http.StatusGatewayTimeout
-	default:
-		return http.StatusInternalServerError
 	}
+	return errdefs.HTTPStatus(err)
 }
 
 // publicMessage is what the client may see of err: its text for client

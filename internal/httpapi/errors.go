@@ -12,36 +12,14 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
-// statusOf maps an error category to its one HTTP status. This is the only
-// place in the daemon where transport statuses are chosen.
+// statusOf maps an error category to its one HTTP status
+// (errdefs.HTTPStatus); a body over its limit is 413.
 func statusOf(err error) int {
 	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe), errors.Is(err, errdefs.ErrTooLarge):
+	if errors.As(err, &mbe) {
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, errdefs.ErrInvalidArgument):
-		return http.StatusBadRequest
-	case errors.Is(err, errdefs.ErrUnauthenticated):
-		return http.StatusUnauthorized
-	case errors.Is(err, errdefs.ErrPermissionDenied):
-		return http.StatusForbidden
-	case errors.Is(err, errdefs.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, errdefs.ErrAlreadyExists), errors.Is(err, errdefs.ErrConflict):
-		return http.StatusConflict
-	case errors.Is(err, errdefs.ErrFailedPrecondition):
-		return http.StatusPreconditionFailed
-	case errors.Is(err, errdefs.ErrResourceExhausted):
-		return http.StatusTooManyRequests
-	case errors.Is(err, errdefs.ErrNotImplemented):
-		return http.StatusNotImplemented
-	case errors.Is(err, errdefs.ErrUnavailable):
-		return http.StatusServiceUnavailable
-	case errors.Is(err, errdefs.ErrDeadlineExceeded):
-		return http.StatusGatewayTimeout
-	default:
-		return http.StatusInternalServerError
 	}
+	return errdefs.HTTPStatus(err)
 }
 
 // publicError is what the client may see of err: its category and, for 4xx,
