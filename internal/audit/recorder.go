@@ -436,21 +436,7 @@ func (r *Recorder) LiveRun(ctx context.Context, id string) string {
 	r.mu.Lock()
 	pid := lr.pid
 	r.mu.Unlock()
-	procs, err := sandboxfiles.New(r.core).ListProcesses(ctx, id)
-	if err != nil {
-		return ""
-	}
-	running := 0
-	for _, p := range procs {
-		if !p.Running {
-			continue
-		}
-		running++
-		if p.Pid != pid || running > 1 {
-			return ""
-		}
-	}
-	if running != 1 {
+	if !sandboxfiles.New(r.core).SoleProcess(ctx, id, pid) {
 		return ""
 	}
 	return run

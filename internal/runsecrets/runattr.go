@@ -62,21 +62,7 @@ func (m *Secrets) ActiveRun(ctx context.Context, id string) string {
 	m.mu.Lock()
 	pid := only.pid
 	m.mu.Unlock()
-	procs, err := sandboxfiles.New(m.core).ListProcesses(ctx, id)
-	if err != nil {
-		return ""
-	}
-	running := 0
-	for _, p := range procs {
-		if !p.Running {
-			continue
-		}
-		running++
-		if p.Pid != pid || running > 1 {
-			return ""
-		}
-	}
-	if running != 1 {
+	if !sandboxfiles.New(m.core).SoleProcess(ctx, id, pid) {
 		return ""
 	}
 	return only.id

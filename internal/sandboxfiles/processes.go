@@ -20,6 +20,28 @@ func (f *Files) ListProcesses(ctx context.Context, id string) ([]api.Process, er
 	return out, err
 }
 
+// SoleProcess reports whether pid is the one process started through exec
+// that is running in sandbox id: what attributes a connection the sandbox
+// makes (to the egress proxy, say) to the run of that process when the
+// connection carries no run token. False when the list cannot be read.
+func (f *Files) SoleProcess(ctx context.Context, id string, pid int) bool {
+	procs, err := f.ListProcesses(ctx, id)
+	if err != nil {
+		return false
+	}
+	running := 0
+	for _, p := range procs {
+		if !p.Running {
+			continue
+		}
+		running++
+		if p.Pid != pid || running > 1 {
+			return false
+		}
+	}
+	return running == 1
+}
+
 // WriteStdin copies r to a process's stdin, closing it afterwards when
 // closeAfter is set (observed as "writing stdin of process <pid>").
 func (f *Files) WriteStdin(ctx context.Context, id string, pid int, r io.Reader, closeAfter bool) error {
