@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/api"
@@ -115,15 +114,7 @@ func (h *handler) runCode(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	rs := stateFrom(r.Context())
-	var closeOnce sync.Once
-	closeStream := func() { closeOnce.Do(func() { _ = stream.Close() }) }
-	defer closeStream()
-	stop := context.AfterFunc(r.Context(), closeStream)
-	defer stop()
-	if shutdown := shutdownContext(r.Context()); shutdown != nil {
-		stopShutdown := context.AfterFunc(shutdown, closeStream)
-		defer stopShutdown()
-	}
+	defer closeWhenDone(r, stream)()
 	out := newNDJSON(w)
 	fail := func(err error) error {
 		if !out.started {

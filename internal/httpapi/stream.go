@@ -117,21 +117,32 @@ func (h *handler) attach(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// closeWhenDone closes c once: when the request ends, when the daemon
+// starts shutting down, or when the returned release is called (the
+// handler defers it), whichever is first. Closing from another goroutine
+// is what unblocks a pending read of a stream.
+func closeWhenDone(r *http.Request, c io.Closer) (release func()) {
+	var once sync.Once
+	closeC := func() { once.Do(func() { _ = c.Close() }) }
+	stops := []func() bool{context.AfterFunc(r.Context(), closeC)}
+	if shutdown := shutdownContext(r.Context()); shutdown != nil {
+		stops = append(stops, context.AfterFunc(shutdown, closeC))
+	}
+	return func() {
+		for _, stop := range stops {
+			stop()
+		}
+		closeC()
+	}
+}
+
 // pumpExec copies stream to the client until the final event, the client
 // going away, or the daemon shutting down. It always closes stream; closing
 // from another goroutine unblocks a pending Next.
 func (h *handler) pumpExec(w http.ResponseWriter, r *http.Request, stream execstream.Stream) {
 	rs := stateFrom(r.Context())
-	var closeOnce sync.Once
-	closeStream := func() { closeOnce.Do(func() { _ = stream.Close() }) }
-	defer closeStream()
-	stopReq := context.AfterFunc(r.Context(), closeStream)
-	defer stopReq()
+	defer closeWhenDone(r, stream)()
 	shutdown := shutdownContext(r.Context())
-	if shutdown != nil {
-		stopShutdown := context.AfterFunc(shutdown, closeStream)
-		defer stopShutdown()
-	}
 
 	out := newNDJSON(w)
 	for {
@@ -242,15 +253,7 @@ func (h *handler) watch(ws WatchService, w http.ResponseWriter, r *http.Request)
 		return err
 	}
 	rs := stateFrom(r.Context())
-	var closeOnce sync.Once
-	closeStream := func() { closeOnce.Do(func() { _ = stream.Close() }) }
-	defer closeStream()
-	stopReq := context.AfterFunc(r.Context(), closeStream)
-	defer stopReq()
-	if shutdown := shutdownContext(r.Context()); shutdown != nil {
-		stopShutdown := context.AfterFunc(shutdown, closeStream)
-		defer stopShutdown()
-	}
+	defer closeWhenDone(r, stream)()
 	out := newNDJSON(w)
 	out.started = true
 	w.Header().Set("Content-Type", "application/x-ndjson")
