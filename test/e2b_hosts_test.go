@@ -111,6 +111,28 @@ func TestE2BHostRouting(t *testing.T) {
 		t.Errorf("code interpreter by headers: %d", st)
 	}
 	ctx := context.Background()
+	sbxA, err := a.Get(ctx, sa.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A server that went away (killed inside here; a restore without its
+	// processes in life) is started again by the request that finds it
+	// gone, and that request, its body included, is served.
+	mustRun(t, sbxA, `for p in /proc/[0-9]*; do if tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'guest code-[s]erver'; then kill ${p#/proc/}; fi; done`)
+	waitGone := "for i in $(seq 100); do wget -qO- http://127.0.0.1:49999/health >/dev/null 2>&1 || exit 0; sleep 0.1; done; exit 1"
+	mustRun(t, sbxA, waitGone)
+	req, _ := http.NewRequest("POST", "http://"+host("49999", sa.SandboxID)+"/contexts", strings.NewReader(`{"language":"cobol"}`))
+	req.Header.Set("E2B-Traffic-Access-Token", sa.TrafficAccessToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "cobol") {
+		t.Errorf("a request after the server went away: %d %s, want the server's 400 about cobol", resp.StatusCode, b)
+	}
 	runs, err := a.Runs(ctx, agentbox.RunQuery{Sandbox: sa.SandboxID})
 	if err != nil {
 		t.Fatal(err)
@@ -124,16 +146,12 @@ func TestE2BHostRouting(t *testing.T) {
 			}
 		}
 	}
-	if starts != 1 {
-		t.Errorf("code server starts: %d, want 1 (runs %+v)", starts, runs)
+	if starts != 2 {
+		t.Errorf("code server starts: %d, want 2 (runs %+v)", starts, runs)
 	}
 
 	// Any other port is a service URL: the E2B tokens do not open it, an
 	// exposure's token does.
-	sbxA, err := a.Get(ctx, sa.SandboxID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	startService(t, sbxA, 8080)
 	svc := host("8080", sa.SandboxID)
 	for name, hdr := range map[string]map[string]string{"the envd token": envdTok(sa), "the traffic token": trafficTok(sa), "no token": nil} {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -32,9 +33,11 @@ import (
 // runner's `code-client start` as the user "user" in /home/user through
 // the one execute path (a run of trigger e2b, recorded like any other);
 // it is idempotent, so a second start (another request racing, a daemon
-// restart) finds the server running. A sandbox whose server went away (it
-// was stopped inside, or a restore did not bring it back) answers
-// unavailable once and gets a new one on the next request.
+// restart) finds the server running. When the server went away (it was
+// stopped inside, or a restore did not bring it back), the request that
+// finds nothing listening starts it again and is sent once more (bodies
+// up to maxRetryBody; a longer one answers unavailable, and the next
+// request starts the server).
 //
 // It is a sandbox.DeleteHook so a deleted sandbox is forgotten. Bind
 // must be called before the first request. Safe for concurrent use.
@@ -145,6 +148,10 @@ func (c *codePort) forget(id string) {
 	c.mu.Unlock()
 }
 
+// maxRetryBody is the largest request body kept to send again when the
+// code server has to be started again (a cell's code and its context).
+const maxRetryBody = 1 << 20
+
 // ServeSandboxPort implements e2b.PortHandler.
 func (c *codePort) ServeSandboxPort(w http.ResponseWriter, r *http.Request, id string) error {
 	if c.proxy == nil || c.exec == nil {
@@ -156,11 +163,44 @@ func (c *codePort) ServeSandboxPort(w http.ResponseWriter, r *http.Request, id s
 		}
 		return err
 	}
-	err := c.proxy.Serve(w, r, serviceurl.Request{Target: serviceurl.Target{Sandbox: id, Port: e2b.CodeInterpreterPort}})
+	body, again := keepBody(r, maxRetryBody)
+	req := serviceurl.Request{Target: serviceurl.Target{Sandbox: id, Port: e2b.CodeInterpreterPort}}
+	err := c.proxy.Serve(w, r, req)
+	if errdefs.IsUnavailable(err) && again {
+		// Nothing listens (nothing was written): the server went away
+		// since this daemon started it (a restore without its
+		// processes). Start it again and send the request once more.
+		c.forget(id)
+		if err := c.ensure(r.Context(), id); err != nil {
+			return err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		err = c.proxy.Serve(w, r, req)
+	}
 	if errdefs.IsUnavailable(err) || errdefs.IsNotFound(err) {
 		c.forget(id) // the next request starts it again
 	}
 	return err
+}
+
+// keepBody reads r's body when it has at most limit bytes and puts a
+// copy back, so the request can be sent twice (again); a longer body is
+// left to stream, once.
+func keepBody(r *http.Request, limit int64) (body []byte, again bool) {
+	if r.Body == nil || r.Body == http.NoBody {
+		r.Body = http.NoBody
+		return nil, true
+	}
+	if r.ContentLength > limit {
+		return nil, false
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil || int64(len(b)) > limit {
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), r.Body))
+		return nil, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return b, true
 }
 
 // e2bHosts is host-based addressing of the E2B front door under the

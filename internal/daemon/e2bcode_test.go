@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -65,5 +68,29 @@ func TestCodePortStartsOnce(t *testing.T) {
 	c.forget("bbbbbbbbbbbb")
 	if err := c.ensure(ctx, "bbbbbbbbbbbb"); err != nil || len(reqs) != 5 {
 		t.Fatalf("after forget: %v, %d starts", err, len(reqs))
+	}
+}
+
+// keepBody keeps small bodies to send twice, and leaves a long one
+// whole, to stream once.
+func TestKeepBody(t *testing.T) {
+	r := httptest.NewRequest("POST", "/execute", strings.NewReader(`{"code":"x"}`))
+	b, again := keepBody(r, 64)
+	rest, _ := io.ReadAll(r.Body)
+	if !again || string(b) != `{"code":"x"}` || string(rest) != string(b) {
+		t.Fatalf("small body: %q %v, body now %q", b, again, rest)
+	}
+	long := strings.Repeat("a", 100)
+	r = httptest.NewRequest("POST", "/execute", strings.NewReader(long))
+	r.ContentLength = -1 // chunked: the length is found by reading
+	if _, again := keepBody(r, 64); again {
+		t.Fatal("a long body is kept")
+	}
+	if rest, _ := io.ReadAll(r.Body); string(rest) != long {
+		t.Fatalf("long body after keepBody: %d bytes", len(rest))
+	}
+	r = httptest.NewRequest("GET", "/health", nil)
+	if _, again := keepBody(r, 64); !again {
+		t.Fatal("no body: not sent again")
 	}
 }
