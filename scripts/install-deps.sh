@@ -118,7 +118,7 @@ npm_client() { # name test scripts...
 }
 npm_client mcpclient TestMCP client.mjs
 npm_client e2bclient TestE2BSDK flows.mjs
-npm_client codeclient TestCodeServerE2BSDK client.mjs
+npm_client codeclient "TestCodeServerE2BSDK and TestCodeInterpreter/E2B" client.mjs e2b.mjs
 
 # --- gVisor's runsc ---------------------------------------------------------
 # The gvisor backend (internal/runtime/gvisor) runs sandboxes under runsc,

@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,16 +19,19 @@ import (
 // TestCodeInterpreter drives the code interpreter (docs/CODE-INTERPRETER.md)
 // in a sandbox of the builtin code-interpreter template, built here with
 // mmdebstrap from Debian's mirror (2-5 minutes on first use in this
-// daemon's fresh data dir).
+// daemon's fresh data dir). The subtest E2B drives the same template
+// through `agentbox serve --e2b` with the real @e2b/code-interpreter SDK.
 func TestCodeInterpreter(t *testing.T) {
 	testutil.Short(t)
 	testutil.RequiresBinary(t, "mmdebstrap")
-	d := newDaemon(t)
+	tcpAddr, e2bAddr := loopbackAddr(t), loopbackAddr(t)
+	d := newDaemonWith(t, "--tcp", tcpAddr, "--e2b", e2bAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if _, err := d.client.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "code-interpreter"}, nil); err != nil {
 		t.Fatalf("building the code-interpreter template: %v", err)
 	}
+	t.Run("E2B", func(t *testing.T) { testCodeInterpreterE2B(t, d, "http://"+tcpAddr, "http://"+e2bAddr) })
 	sb := d.create(t, agentbox.SandboxSpec{Template: "code-interpreter"})
 
 	runCode := func(code string, opts agentbox.CodeOptions) *agentbox.Execution {
@@ -160,5 +164,52 @@ func TestCodeInterpreter(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "ZeroDivisionError") {
 		t.Fatalf("agentbox code 1/0: %v\n%s", err, out)
+	}
+}
+
+// testCodeInterpreterE2B: with E2B_API_URL and E2B_SANDBOX_URL pointing at
+// `agentbox serve --e2b`, the real @e2b/code-interpreter SDK (pinned in
+// test/codeclient) creates a sandbox of its default template
+// (code-interpreter-v1, mapped to the builtin code-interpreter) and runs
+// code on port 49999 (test/codeclient/e2b.mjs). The code server was
+// started through the execute path: a run of trigger e2b, as the user
+// "user".
+func testCodeInterpreterE2B(t *testing.T, d *daemon, base, e2bURL string) {
+	dir := npmClientDir(t, "codeclient", "client.mjs", "e2b.mjs")
+	a, key := tenantClient(t, d, base, "code-e2b", api.Quotas{}, api.ScopeFull)
+	cmd := exec.Command("node", "e2b.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+e2bURL, "E2B_SANDBOX_URL="+e2bURL, "E2B_API_KEY="+key.Key)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("code-interpreter SDK through the E2B front door: %v\nstdout: %s\nstderr: %s", err, tail(stdout.String(), 2000), tail(stderr.String(), 4000))
+	}
+	var res struct{ Sandbox string }
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil || res.Sandbox == "" {
+		t.Fatalf("no result line: %q (%v)", stdout.String(), err)
+	}
+	ctx := context.Background()
+	sb, err := a.Get(ctx, res.Sandbox)
+	if err != nil || sb.Info().Template != "code-interpreter" {
+		t.Fatalf("the SDK's sandbox: %v, want template code-interpreter", err)
+	}
+	defer sb.Delete(context.WithoutCancel(ctx))
+	runs, err := a.Runs(ctx, agentbox.RunQuery{Sandbox: res.Sandbox, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts int
+	for _, r := range runs {
+		if len(r.Cmd) == 4 && r.Cmd[2] == "code-client" && r.Cmd[3] == "start" {
+			starts++
+			if r.Trigger != api.TriggerE2B || r.Tenant != "code-e2b" || r.Who != "e2b-envd:tenant:code-e2b" {
+				t.Errorf("code server start: trigger %q tenant %q who %q", r.Trigger, r.Tenant, r.Who)
+			}
+		}
+	}
+	if starts != 1 {
+		t.Errorf("code server starts: %d, want 1, in %+v", starts, runs)
 	}
 }

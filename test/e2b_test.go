@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
@@ -78,6 +79,46 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if byTrigger, err := a.Runs(ctx, agentbox.RunQuery{Sandbox: res.Sandbox, Trigger: api.TriggerE2B}); err != nil || len(byTrigger) != len(runs) {
 		t.Errorf("runs?trigger=e2b: %d runs (%v), want %d", len(byTrigger), err, len(runs))
+	}
+	// No second execute path: the SDK's runs are metered and in the
+	// sandbox's flight record like any other trigger's (run.started and
+	// run.ended of each run, as the tenant).
+	usage, err := a.Usage(ctx, res.Sandbox, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished := 0
+	for _, r := range runs {
+		if r.State != api.RunRunning {
+			finished++
+		}
+	}
+	if len(usage.Sandboxes) != 1 {
+		t.Fatalf("usage of sandbox %s: %+v", res.Sandbox, usage.Sandboxes)
+	}
+	if tot := usage.Sandboxes[0].Totals; tot.ByTrigger[api.TriggerE2B].Runs < int64(finished) || tot.Runs != tot.ByTrigger[api.TriggerE2B].Runs || finished < len(runs)/2 {
+		t.Errorf("usage of sandbox %s: %+v, want its %d runs (%d finished) metered under trigger e2b", res.Sandbox, tot, len(runs), finished)
+	}
+	events, err := a.Sandbox(res.Sandbox).QueryEvents(ctx, agentbox.EventQuery{Types: []string{"run"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, ended := map[string]int{}, map[string]int{}
+	for _, ev := range events {
+		if ev.Tenant != "e2b-a" {
+			t.Errorf("event %d %s of tenant %q", ev.Seq, ev.Type, ev.Tenant)
+		}
+		switch ev.Type {
+		case api.EventRunStarted:
+			started[ev.RunID]++
+		case api.EventRunEnded:
+			ended[ev.RunID]++
+		}
+	}
+	for _, r := range runs {
+		if started[r.ID] != 1 || (r.State != api.RunRunning && ended[r.ID] != 1) {
+			t.Errorf("flight record of run %s (%v, %s): %d run.started, %d run.ended; want one of each", r.ID, r.Cmd, r.State, started[r.ID], ended[r.ID])
+		}
 	}
 	// Tenant B's sandbox ran nothing and still runs.
 	if runs, err := b.Runs(ctx, agentbox.RunQuery{Sandbox: other.ID()}); err != nil || len(runs) != 0 {

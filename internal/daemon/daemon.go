@@ -92,6 +92,8 @@ type Daemon struct {
 	closing *atomic.Bool
 	// services serves service URLs on both listeners.
 	services *serviceurl.Exposures
+	// codePort serves the code interpreter's port on the E2B listener.
+	codePort *codePort
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -253,7 +255,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	var tmpl *templates.Manager // built by the Manager (NewTemplates): the cycle of templates and sandboxes
+	codePort := newCodePort(log) // the E2B front door's port 49999; forgets deleted sandboxes
+	var tmpl *templates.Manager  // built by the Manager (NewTemplates): the cycle of templates and sandboxes
 	// The warm pools fill only when SetPools starts them, after recovery.
 	pools = warmpool.New(warmpool.Config{DataDir: cfg.DataDir, Logger: log})
 	mgr, err := sandbox.New(sandbox.Config{
@@ -292,7 +295,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		// recorder, when on, comes before everything: its exec wrapper sees
 		// the secrets' names before runsecrets clears them, and its stream
 		// is the outermost, so it digests the output as redacted.
-		Extensions: extensions(rec, sec, events, tun, network, snaps, svcURLs, pools, mx),
+		Extensions: extensions(rec, sec, events, tun, network, snaps, svcURLs, codePort, pools, mx),
 		NewTemplates: func(runner *sandbox.StepRunner) (_ sandbox.Templates, err error) {
 			// Kept for the template service, built above the core below.
 			tmpl, err = templates.New(templates.Config{
@@ -357,7 +360,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	// After Recover: every fork protects its base. Manager.Close stops it.
 	snaps.StartPruning(ctx)
 	undo.Release()
-	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, disks: dq, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc, metrics: mx.Handler(), closing: closing, services: svcURLs}, nil
+	return &Daemon{cfg: cfg, backends: backends, log: log, store: st, manager: mgr, disks: dq, handler: handler, secrets: secStore, stopBridge: stopBridge, pipe: pipe, tenants: tenants, pools: pools, gc: gc, runLock: runLock, svc: svc, metrics: mx.Handler(), closing: closing, services: svcURLs, codePort: codePort}, nil
 }
 
 // Manager returns the sandbox manager (for the embedded daemon and tests).

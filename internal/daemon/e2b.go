@@ -80,6 +80,15 @@ func (d *Daemon) e2bHandler() (http.Handler, error) {
 	if reg != nil {
 		cfg.Track = reg.Track // a revoked key ends its open requests
 	}
+	// The code interpreter's port, through serviceurl's proxy.
+	d.codePort.bind(e2bService{d.svc}, d.services.Proxy())
+	cfg.Ports = map[int]e2b.PortHandler{e2b.CodeInterpreterPort: d.codePort}
+	if d.cfg.ServiceDomain != "" {
+		// {port}-{id}.{domain}, as the SDK addresses sandboxes without
+		// E2B_SANDBOX_URL.
+		cfg.Domain = d.cfg.ServiceDomain
+		cfg.Hosts = newE2BHosts(d.cfg.ServiceDomain, d.services)
+	}
 	return e2b.New(e2bService{d.svc}, cfg)
 }
 

@@ -54,11 +54,29 @@ const (
 )
 
 // PortHandler serves the traffic E2B's SDK sends to a sandbox port other
-// than envd's (E2b-Sandbox-Port), for the sandbox id after the access
-// token of the request was checked and ctx carries the sandbox owner's
-// principal.
+// than envd's (E2b-Sandbox-Port, or the {port}-{id}.{domain} host), for
+// the sandbox id, after the request's access token (envd's, or the
+// traffic token) was checked and removed from the request, with ctx
+// carrying the sandbox owner's principal. It returns an error only when
+// it wrote nothing; the server answers it as an E2B error (a sandbox the
+// principal cannot see is errdefs.ErrNotFound).
 type PortHandler interface {
-	ServeSandboxPort(w http.ResponseWriter, r *http.Request, sandboxID string)
+	ServeSandboxPort(w http.ResponseWriter, r *http.Request, sandboxID string) error
+}
+
+// HostRouter is host-based addressing of sandboxes, as E2B's SDK uses it
+// without E2B_SANDBOX_URL: {port}-{sandbox id}.{domain}.
+type HostRouter interface {
+	// ParseHost parses a request's Host: ok is false when it is not
+	// under the domain (the request is the control plane's); err is set
+	// when it is, but does not name a port of a sandbox canonically.
+	ParseHost(host string) (sandboxID string, port int, ok bool, err error)
+	// ServeOtherPort serves a host-addressed request to a port that is
+	// neither envd's nor one of Config.Ports (a service URL, with its own
+	// credentials: no E2B token opens it); admit is called with the
+	// principal the request authenticated as before anything is proxied.
+	// It returns an error only when it wrote nothing.
+	ServeOtherPort(w http.ResponseWriter, r *http.Request, admit func(tenant.Principal) error) error
 }
 
 // Authenticator turns an X-API-KEY into the caller's principal. Unknown
@@ -86,9 +104,14 @@ type Config struct {
 	TokenKey []byte
 	// Ports serves sandbox ports other than envd's; nil: none.
 	Ports map[int]PortHandler
-	// Domain is reported as the sandbox domain; "" reports none, which
-	// is what makes the SDK use E2B_SANDBOX_URL.
+	// Domain is reported as the sandbox domain; "" reports none. (The
+	// SDK prefers E2B_SANDBOX_URL when it is set; without it, it
+	// addresses https://{port}-{id}.{domain}.)
 	Domain string
+	// Hosts, when set, routes requests by host ({port}-{id}.{domain}):
+	// envd's port and Ports as sandbox traffic, other ports to
+	// Hosts.ServeOtherPort. nil: only the headers route.
+	Hosts HostRouter
 	// Track, when set, ties a control-plane request to the key that
 	// authenticated it: the returned context ends when the key is revoked
 	// (registry.Registry.Track); done is called when the request ends.

@@ -272,13 +272,14 @@ func (s *Server) prepareUser(ctx context.Context, id string) error {
 // created is the create/connect/fork response for sb.
 func (s *Server) created(sb api.Sandbox) sandboxCreated {
 	return sandboxCreated{
-		TemplateID:      templateOf(sb),
-		SandboxID:       sb.ID,
-		Alias:           sb.Name,
-		ClientID:        "agentbox",
-		EnvdVersion:     EnvdVersion,
-		EnvdAccessToken: s.tok.mint(tenant.Owner(sb.Tenant), sb.ID),
-		Domain:          s.domain(),
+		TemplateID:         templateOf(sb),
+		SandboxID:          sb.ID,
+		Alias:              sb.Name,
+		ClientID:           "agentbox",
+		EnvdVersion:        EnvdVersion,
+		EnvdAccessToken:    s.tok.mint(tenant.Owner(sb.Tenant), sb.ID),
+		TrafficAccessToken: s.tok.mintFor(purposeTraffic, tenant.Owner(sb.Tenant), sb.ID),
+		Domain:             s.domain(),
 	}
 }
 
@@ -325,6 +326,7 @@ func (s *Server) detail(sb api.Sandbox, withToken bool) sandboxDetail {
 	}
 	if withToken {
 		d.EnvdAccessToken = s.tok.mint(tenant.Owner(sb.Tenant), sb.ID)
+		d.TrafficAccessToken = s.tok.mintFor(purposeTraffic, tenant.Owner(sb.Tenant), sb.ID)
 	}
 	return d
 }

@@ -15,11 +15,13 @@
 // metadata and template name are labels of the sandbox, snapshots are
 // checkpoints, envd access tokens are MACs (tokens.go).
 //
-// Routing (server.go): a request carrying E2b-Sandbox-Id is sandbox
-// traffic for the port in E2b-Sandbox-Port: envd's port (49983) is served
-// here, any other port by the PortHandler registered for it (the code
-// interpreter's 49999 later); everything else is the control plane,
-// authenticated by X-API-KEY.
+// Routing (server.go): a request whose Host is {port}-{id}.{domain}
+// (Config.Hosts) or that carries E2b-Sandbox-Id is sandbox traffic for
+// that port: envd's port (49983) is served here, any other port in
+// Config.Ports by its PortHandler (the daemon registers the code
+// interpreter's 49999, proxied to the code server in the sandbox), and
+// by host, any other port by Config.Hosts (service URLs); everything else
+// is the control plane, authenticated by X-API-KEY.
 package e2b
 
 import (

@@ -22,6 +22,9 @@ const (
 	headerSandboxID   = "E2b-Sandbox-Id"
 	headerSandboxPort = "E2b-Sandbox-Port"
 	headerAccessToken = "X-Access-Token"
+	// headerTrafficToken carries the traffic access token (ports other
+	// than envd's).
+	headerTrafficToken = "E2B-Traffic-Access-Token"
 )
 
 // Server serves the E2B API. Safe for concurrent use.
@@ -82,8 +85,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	w = rec
 	w.Header().Set("Cache-Control", "no-store")
+	if s.cfg.Hosts != nil {
+		if id, port, ok, err := s.cfg.Hosts.ParseHost(r.Host); ok {
+			s.serveHost(w, r, id, port, err)
+			return
+		}
+	}
 	if id := r.Header.Get(headerSandboxID); id != "" {
-		s.serveSandbox(w, r, id)
+		port := EnvdPort
+		if v := r.Header.Get(headerSandboxPort); v != "" {
+			n, err := parsePort(v)
+			if err != nil {
+				writeError(w, r, s.log, err)
+				return
+			}
+			port = n
+		}
+		s.serveSandbox(w, r, id, port)
 		return
 	}
 	p, err := s.authenticate(r)
@@ -132,19 +150,34 @@ func (s *Server) authenticate(r *http.Request) (tenant.Principal, error) {
 	return p, nil
 }
 
-// serveSandbox serves traffic to a sandbox's port after checking the
-// sandbox's access token, as the sandbox's owner.
-func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string) {
-	port := EnvdPort
-	if v := r.Header.Get(headerSandboxPort); v != "" {
-		n, err := parsePort(v)
-		if err != nil {
-			writeError(w, r, s.log, err)
-			return
-		}
-		port = n
+// serveHost serves a request addressed by host ({port}-{id}.{domain}):
+// envd's port and the ports of Config.Ports are sandbox traffic, as with
+// the headers; any other port is the HostRouter's (service URLs).
+func (s *Server) serveHost(w http.ResponseWriter, r *http.Request, id string, port int, perr error) {
+	if perr != nil {
+		writeError(w, r, s.log, perr)
+		return
 	}
+	if _, ok := s.cfg.Ports[port]; ok || port == EnvdPort {
+		s.serveSandbox(w, r, id, port)
+		return
+	}
+	err := s.cfg.Hosts.ServeOtherPort(w, r, func(p tenant.Principal) error { return s.admit(r, p) })
+	if err != nil {
+		writeError(w, r, s.log, err)
+	}
+}
+
+// serveSandbox serves traffic to a sandbox's port after checking the
+// sandbox's access token, as the sandbox's owner. Envd's port takes the
+// envd access token (X-Access-Token) only; the other ports also take the
+// traffic access token (E2B-Traffic-Access-Token), which the
+// code-interpreter SDK sends on the calls that carry no envd token.
+func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string, port int) {
 	owner, err := s.tok.check(r.Header.Get(headerAccessToken), id)
+	if err != nil && port != EnvdPort && r.Header.Get(headerTrafficToken) != "" {
+		owner, err = s.tok.checkFor(purposeTraffic, r.Header.Get(headerTrafficToken), id)
+	}
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -162,7 +195,12 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string)
 		return
 	}
 	if h, ok := s.cfg.Ports[port]; ok {
-		h.ServeSandboxPort(w, r, id)
+		// The service inside never sees the sandbox's tokens.
+		r.Header.Del(headerAccessToken)
+		r.Header.Del(headerTrafficToken)
+		if err := h.ServeSandboxPort(w, r, id); err != nil {
+			writeError(w, r, s.log, err)
+		}
 		return
 	}
 	writeError(w, r, s.log, fmt.Errorf("sandbox %s: port %d is not served: %w", id, port, errdefs.ErrNotFound))

@@ -26,6 +26,13 @@ import (
 // b) and "key-r" (tenant a, read-only).
 func testServer(t *testing.T, ports map[int]PortHandler) (*fakeSandboxes, *Server, *httptest.Server) {
 	t.Helper()
+	return testServerWith(t, Config{Ports: ports})
+}
+
+// testServerWith is testServer with more of cfg (its Authenticate is
+// replaced).
+func testServerWith(t *testing.T, cfg Config) (*fakeSandboxes, *Server, *httptest.Server) {
+	t.Helper()
 	f := newFake()
 	auth := func(key string) (tenant.Principal, error) {
 		switch key {
@@ -38,7 +45,8 @@ func testServer(t *testing.T, ports map[int]PortHandler) (*fakeSandboxes, *Serve
 		}
 		return tenant.Principal{}, errdefs.ErrUnauthenticated
 	}
-	s, err := New(f, Config{Authenticate: auth, Ports: ports})
+	cfg.Authenticate = auth
+	s, err := New(f, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,12 +242,14 @@ func envdRequest(t *testing.T, srv *httptest.Server, id, token, port, method, pa
 }
 
 type portRecorder struct {
-	id, owner string
+	id, owner, tokens string
 }
 
-func (p *portRecorder) ServeSandboxPort(w http.ResponseWriter, r *http.Request, id string) {
+func (p *portRecorder) ServeSandboxPort(w http.ResponseWriter, r *http.Request, id string) error {
 	p.id, p.owner = id, tenant.From(r.Context()).Tenant
+	p.tokens = r.Header.Get(headerAccessToken) + r.Header.Get(headerTrafficToken)
 	w.WriteHeader(http.StatusTeapot)
+	return nil
 }
 
 // Sandbox traffic needs the sandbox's own access token: none, another
@@ -276,8 +286,32 @@ func TestEnvdAccessTokens(t *testing.T) {
 	if st, _ := envdRequest(t, srv, a.SandboxID, a.EnvdAccessToken, "8080", "GET", "/", nil, nil); st != 404 {
 		t.Errorf("an unserved port: %d", st)
 	}
-	if st, _ := envdRequest(t, srv, a.SandboxID, a.EnvdAccessToken, "49999", "GET", "/", nil, nil); st != http.StatusTeapot || ci.id != a.SandboxID || ci.owner != "a" {
+	if st, _ := envdRequest(t, srv, a.SandboxID, a.EnvdAccessToken, "49999", "GET", "/", nil, nil); st != http.StatusTeapot || ci.id != a.SandboxID || ci.owner != "a" || ci.tokens != "" {
 		t.Errorf("code interpreter port: %d %+v", st, ci)
+	}
+
+	// The traffic token (what the code-interpreter SDK sends on context
+	// calls) opens the code interpreter's port, never envd's, and only
+	// of its own sandbox.
+	if a.TrafficAccessToken == "" || a.TrafficAccessToken == a.EnvdAccessToken {
+		t.Fatalf("traffic token %q (envd token %q)", a.TrafficAccessToken, a.EnvdAccessToken)
+	}
+	traffic := func(tok string) map[string]string { return map[string]string{headerTrafficToken: tok} }
+	*ci = portRecorder{}
+	if st, _ := envdRequest(t, srv, a.SandboxID, "", "49999", "GET", "/contexts", nil, traffic(a.TrafficAccessToken)); st != http.StatusTeapot || ci.owner != "a" || ci.tokens != "" {
+		t.Errorf("code interpreter port with the traffic token: %d %+v", st, ci)
+	}
+	if st, _ := envdRequest(t, srv, a.SandboxID, "", "49983", "GET", "/health", nil, traffic(a.TrafficAccessToken)); st != 401 {
+		t.Errorf("envd with the traffic token: %d, want 401", st)
+	}
+	if st, _ := envdRequest(t, srv, a.SandboxID, a.TrafficAccessToken, "", "GET", "/health", nil, nil); st != 401 {
+		t.Errorf("envd with the traffic token as X-Access-Token: %d, want 401", st)
+	}
+	if st, _ := envdRequest(t, srv, b.SandboxID, "", "49999", "GET", "/contexts", nil, traffic(a.TrafficAccessToken)); st != 401 {
+		t.Errorf("another sandbox's traffic token: %d, want 401", st)
+	}
+	if st, _ := envdRequest(t, srv, a.SandboxID, "", "49999", "GET", "/contexts", nil, traffic(a.EnvdAccessToken)); st != 401 {
+		t.Errorf("the envd token as the traffic token: %d, want 401", st)
 	}
 }
 

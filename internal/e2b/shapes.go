@@ -18,31 +18,35 @@ type newSandbox struct {
 
 // sandboxCreated is the response of create, connect and fork.
 type sandboxCreated struct {
-	TemplateID      string  `json:"templateID"`
-	SandboxID       string  `json:"sandboxID"`
-	Alias           string  `json:"alias,omitempty"`
-	ClientID        string  `json:"clientID"`
-	EnvdVersion     string  `json:"envdVersion"`
-	EnvdAccessToken string  `json:"envdAccessToken,omitempty"`
-	Domain          *string `json:"domain"`
+	TemplateID      string `json:"templateID"`
+	SandboxID       string `json:"sandboxID"`
+	Alias           string `json:"alias,omitempty"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
+	// TrafficAccessToken opens the ports other than envd's (the code
+	// interpreter's); the SDK sends it as E2B-Traffic-Access-Token.
+	TrafficAccessToken string  `json:"trafficAccessToken,omitempty"`
+	Domain             *string `json:"domain"`
 }
 
 // sandboxDetail is GET /sandboxes/{id} and an entry of the lists.
 type sandboxDetail struct {
-	TemplateID      string            `json:"templateID"`
-	Alias           string            `json:"alias,omitempty"`
-	SandboxID       string            `json:"sandboxID"`
-	ClientID        string            `json:"clientID"`
-	StartedAt       time.Time         `json:"startedAt"`
-	EndAt           time.Time         `json:"endAt"`
-	EnvdVersion     string            `json:"envdVersion"`
-	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
-	Domain          *string           `json:"domain"`
-	CPUCount        int               `json:"cpuCount"`
-	MemoryMB        int64             `json:"memoryMB"`
-	DiskSizeMB      int64             `json:"diskSizeMB"`
-	Metadata        map[string]string `json:"metadata"`
-	State           string            `json:"state"` // running or paused
+	TemplateID         string            `json:"templateID"`
+	Alias              string            `json:"alias,omitempty"`
+	SandboxID          string            `json:"sandboxID"`
+	ClientID           string            `json:"clientID"`
+	StartedAt          time.Time         `json:"startedAt"`
+	EndAt              time.Time         `json:"endAt"`
+	EnvdVersion        string            `json:"envdVersion"`
+	EnvdAccessToken    string            `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken string            `json:"trafficAccessToken,omitempty"`
+	Domain             *string           `json:"domain"`
+	CPUCount           int               `json:"cpuCount"`
+	MemoryMB           int64             `json:"memoryMB"`
+	DiskSizeMB         int64             `json:"diskSizeMB"`
+	Metadata           map[string]string `json:"metadata"`
+	State              string            `json:"state"` // running or paused
 }
 
 // timeoutBody is the body of POST /sandboxes/{id}/timeout and of connect.
