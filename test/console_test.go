@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,6 +49,17 @@ func TestConsoleInBrowser(t *testing.T) {
 	mustRun(t, sb, "touch /work/'"+markupName+"'")
 	if res := run(t, sb, "echo failing >&2; exit 3"); res.ExitCode != 3 {
 		t.Fatalf("failing command: exit %d", res.ExitCode)
+	}
+
+	// The console's pages carry a strict policy.
+	resp, err := http.Get("http://" + addr + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") ||
+		resp.Header.Get("X-Frame-Options") != "DENY" {
+		t.Errorf("GET /ui/: CSP %q, X-Frame-Options %q", csp, resp.Header.Get("X-Frame-Options"))
 	}
 
 	shots := os.Getenv("AGENTBOX_SCREENSHOTS")
@@ -226,4 +238,40 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("#tenants")),
 		evalTrue(`document.getElementById('secrets').textContent.includes('CONSOLE_CANARY')`),
 	)
+}
+
+// TestConsoleOff: with --no-console the daemon serves no /ui/ (the path
+// is an ordinary authenticated one) and accepts no same-origin browser
+// request, while the API still answers its key.
+func TestConsoleOff(t *testing.T) {
+	testutil.RequiresRoot(t)
+	addr := loopbackAddr(t)
+	keyFile := filepath.Join(t.TempDir(), "keys")
+	key := "test-key-" + randHex(16)
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newDaemonWith(t, "--tcp", addr, "--api-keys-file", keyFile, "--no-console")
+	get := func(path string, hdr ...string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get("/ui/"); got != http.StatusUnauthorized {
+		t.Errorf("GET /ui/ with the console off: %d, want 401", got)
+	}
+	if got := get("/v1/info", "Authorization", "Bearer "+key); got != http.StatusOK {
+		t.Errorf("GET /v1/info: %d", got)
+	}
+	if got := get("/v1/info", "Authorization", "Bearer "+key, "Origin", "http://"+addr); got != http.StatusForbidden {
+		t.Errorf("same-origin request with the console off: %d, want 403", got)
+	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/cleanup"
 	"github.com/agentbox/agentbox/internal/config"
-	"github.com/agentbox/agentbox/internal/console"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/idrange"
@@ -354,7 +353,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Ready:    readiness(closing),
 		MCP:      mcpserver.Handler(mcpService{svc}, log),
 		Services: svcURLs,
-		Console:  console.Handler(),
+		Console:  consoleHandler(cfg),
 	})
 	// After Recover: every fork protects its base. Manager.Close stops it.
 	snaps.StartPruning(ctx)
@@ -393,7 +392,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			Ready:        readiness(d.closing),
 			MCP:          mcpserver.Handler(mcpService{d.svc}, d.log),
 			Services:     d.services,
-			Console:      console.Handler(),
+			Console:      consoleHandler(d.cfg),
 		})
 		d.serveOn(tln, tcpHandler)
 		d.log.InfoContext(ctx, "agentbox daemon listening", "tcp", tln.Addr().String(), "tls", d.cfg.TLS())
