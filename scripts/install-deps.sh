@@ -28,6 +28,7 @@ PACKAGES=(
 	make
 	gcc libc6-dev     # cgo, which `go test -race` needs
 	xfsprogs btrfs-progs e2fsprogs # loop-mounted xfs/btrfs for the reflink storage driver tests; disk quotas
+	chromium          # headless browser of the web console's test (test/console_test.go, driven by chromedp)
 )
 # node and npm run the official TypeScript MCP client of test/mcp_test.go
 # (its npm packages are installed below). Checked as commands: a host may

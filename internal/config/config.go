@@ -214,6 +214,9 @@ type Config struct {
 	AuditRetentionSeconds int   `json:"audit_retention_seconds"`
 	AuditMaxBytes         int64 `json:"audit_max_bytes"`
 	AuditDisabled         bool  `json:"audit_disabled,omitempty"`
+	// ConsoleDisabled stops serving the web console at /ui/ (and with it
+	// the same-origin browser requests it makes; docs/CONSOLE.md).
+	ConsoleDisabled bool `json:"console_disabled,omitempty"`
 	// OTLPEndpoint is the URL of an OpenTelemetry collector's OTLP/HTTP
 	// traces endpoint (e.g. http://127.0.0.1:4318/v1/traces) the flight
 	// recorder exports its events to as traces (internal/auditotel);

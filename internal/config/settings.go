@@ -87,6 +87,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.OTLPEndpoint }},
 	{Key: "audit_disabled", Flag: "no-audit", Usage: "turn the flight recorder off",
 		field: func(c *Config) any { return &c.AuditDisabled }},
+	{Key: "console_disabled", Flag: "no-console", Usage: "do not serve the web console at /ui/",
+		field: func(c *Config) any { return &c.ConsoleDisabled }},
 	{Key: "connectors_file", Flag: "connectors-file", Env: EnvConnectorsFile, Usage: "JSON array of API bridge connectors [{name, url, secret, header, format}]",
 		field: func(c *Config) any { return &c.ConnectorsFile }},
 	{Key: "egress_permit", Flag: "egress-permit", Env: EnvEgressPermit, Usage: "internal address range the egress proxy may dial, CIDR or ADDR with an optional :PORT or :* (repeatable; the variable is comma-separated); loopback, link-local, private, CGNAT, ULA and the host's own addresses are unreachable from sandboxes otherwise, whatever their rules say (127.0.0.1:8080 lets sandboxes allowing host.agentbox.internal:8080 reach the host's service there)",

@@ -356,6 +356,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		Ready:    readiness(closing),
 		MCP:      mcpserver.Handler(mcpService{svc}, log),
 		Services: svcURLs,
+		Console:  consoleHandler(cfg),
 	})
 	// After Recover: every fork protects its base. Manager.Close stops it.
 	snaps.StartPruning(ctx)
@@ -394,6 +395,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			Ready:        readiness(d.closing),
 			MCP:          mcpserver.Handler(mcpService{d.svc}, d.log),
 			Services:     d.services,
+			Console:      consoleHandler(d.cfg),
 		})
 		d.serveOn(tln, tcpHandler)
 		d.log.InfoContext(ctx, "agentbox daemon listening", "tcp", tln.Addr().String(), "tls", d.cfg.TLS())

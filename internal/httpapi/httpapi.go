@@ -76,6 +76,15 @@ type Options struct {
 	// (internal/mcpserver), behind the same authentication, tenancy and
 	// Host/Origin checks as every route; nil answers 404.
 	MCP http.Handler
+
+	// Console serves the web console's static files under /ui/
+	// (internal/console) to GET requests without credentials: they hold
+	// no data, and every request the console's pages make is
+	// authenticated like any other. With it, a browser request whose
+	// Origin is this request's own origin (the console's pages) is
+	// accepted on TCP; other Origins still need AllowedHosts. Nil: /ui/
+	// is 404 and any Origin needs AllowedHosts.
+	Console http.Handler
 }
 
 // RateLimiter decides whether one more request of key may be served now.
@@ -151,7 +160,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
 		{"POST", "/mcp", h.mcp},
-	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.codeRoutes(), h.poolRoutes(), h.exposureRoutes(), h.adminRoutes(), h.tenantRoutes(), h.probeRoutes(), h.auditRoutes())...)
+	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.codeRoutes(), h.poolRoutes(), h.exposureRoutes(), h.adminRoutes(), h.tenantRoutes(), h.probeRoutes(), h.auditRoutes(), h.terminalRoutes())...)
 }
 
 // reqState is per-request data shared by the middleware and handlers.
@@ -232,6 +241,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) dispatch(w http.ResponseWriter, r *http.Request) error {
 	if h.opts.Services != nil && h.opts.Services.Match(r) {
 		return h.serveService(w, r)
+	}
+	if h.opts.Console != nil && isConsolePath(r.URL.Path) {
+		return h.serveConsole(w, r)
 	}
 	p, who, err := h.checkAccess(r)
 	if errors.Is(err, errAnonymousHealth) {
@@ -329,7 +341,8 @@ func (h *handler) checkAccess(r *http.Request) (tenant.Principal, string, error)
 	// explicitly allowed.
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
-		if err != nil || u.Host == "" || len(h.opts.AllowedHosts) == 0 || !hostAllowed(u.Host, h.opts.AllowedHosts) {
+		sameOrigin := err == nil && h.opts.Console != nil && isSameOrigin(r, u)
+		if !sameOrigin && (err != nil || u.Host == "" || len(h.opts.AllowedHosts) == 0 || !hostAllowed(u.Host, h.opts.AllowedHosts)) {
 			return tenant.Principal{}, "", fmt.Errorf("cross-origin requests are not allowed: %w", errdefs.ErrPermissionDenied)
 		}
 	}
@@ -342,6 +355,9 @@ func (h *handler) checkAccess(r *http.Request) (tenant.Principal, string, error)
 		return tenant.Admin, "", nil
 	}
 	key, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		key, ok = wsBearer(r)
+	}
 	if !ok && isProbe(r) {
 		return tenant.Principal{}, "", errAnonymousHealth
 	}
