@@ -1,0 +1,262 @@
+package gvisor
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/gvisor/gvinit"
+)
+
+// Memory checkpoints: runsc checkpoint of a running sandbox, runsc
+// restore into a new one.
+//
+// The sentry cannot save a host socket (the guest's listener, bound
+// through the gofer with --host-uds=create, and the host's connections to
+// it), so the guest lets go of the host first: the backend sends it a
+// quiesce on its control socket (gvinit), and the guest closes every
+// socket to the host and waits to bind them again, which it can only once
+// the backend opens the socket directory to it again. After the save the
+// backend does that for the source (left running); a restored sandbox
+// starts from a fresh bundle whose directory is open, exactly as a
+// created one, so the guest's first bind after the restore is claimed as
+// Create claims it. No process of the sandbox ever sees a difference but
+// the time that passed.
+
+var (
+	_ runtime.MemoryCheckpointer = (*sandbox)(nil)
+	_ runtime.MemoryRestorer     = (*Backend)(nil)
+)
+
+const (
+	quiesceTimeout = 10 * time.Second
+	rebindTimeout  = 30 * time.Second
+	// nonceFile holds, beside runsc's image, the nonce the guest in that
+	// image answers with (claimVerified).
+	nonceFile = "agentbox-nonce"
+)
+
+// RestoreMemory implements runtime.MemoryRestorer: Create with runsc
+// restore --image-path=dir in place of runsc run.
+func (b *Backend) RestoreMemory(ctx context.Context, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("restoring sandbox %s: no memory image: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
+		return nil, fmt.Errorf("restoring sandbox %s: memory image %s: %v: %w", spec.ID, dir, err, errdefs.ErrFailedPrecondition)
+	}
+	return b.create(ctx, spec, dir)
+}
+
+// CheckpointMemory implements runtime.MemoryCheckpointer: the guest lets
+// go of the host, the sandbox is paused, frozen runs, runsc checkpoint
+// --leave-running writes the image, the sandbox resumes and its guest's
+// sockets are claimed again.
+func (s *sandbox) CheckpointMemory(ctx context.Context, dir string, frozen func() error) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return fmt.Errorf("checkpointing sandbox %s: destroyed: %w", s.spec.ID, errdefs.ErrNotFound)
+	}
+	bdir := s.st.Bundle
+	nonce := rand.Text()
+	if err := os.WriteFile(filepath.Join(dir, nonceFile), []byte(nonce), 0o600); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", s.spec.ID, err)
+	}
+	if err := quiesce(ctx, filepath.Join(bdir, ctlSocket), nonce); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", s.spec.ID, err)
+	}
+	// From here on the guest waits for its socket directory: open it
+	// again on every path.
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebindTimeout)
+		defer cancel()
+		if rerr := s.reclaim(rctx, nonce); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("checkpointing sandbox %s: reconnecting its guest: %w", s.spec.ID, rerr))
+		}
+	}()
+	if _, err := s.b.runsc(ctx, "pause", s.spec.ID); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", s.spec.ID, err)
+	}
+	defer func() {
+		if _, rerr := s.b.runsc(context.WithoutCancel(ctx), "resume", s.spec.ID); rerr != nil {
+			if st, serr := s.b.containerState(context.WithoutCancel(ctx), s.spec.ID); serr != nil || st.Status != "running" {
+				err = errors.Join(err, fmt.Errorf("checkpointing sandbox %s: resuming: %w", s.spec.ID, rerr))
+			}
+		}
+	}()
+	if frozen != nil {
+		if err := frozen(); err != nil {
+			return err
+		}
+	}
+	if _, err := s.b.runsc(ctx, "checkpoint", "--leave-running", "--image-path="+dir, s.spec.ID); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", s.spec.ID, err)
+	}
+	return nil
+}
+
+// quiesce asks the guest on its control socket to close every socket to
+// the host, and waits until it has (its answer, then end of file).
+func quiesce(ctx context.Context, ctl, nonce string) error {
+	ctx, cancel := context.WithTimeout(ctx, quiesceTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", ctl)
+	if err != nil {
+		return fmt.Errorf("guest control socket: %w", err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(c, gvinit.QuiescePrefix+nonce+"\n"); err != nil {
+		return fmt.Errorf("asking the guest to quiesce: %w", err)
+	}
+	reply, err := io.ReadAll(io.LimitReader(c, 64))
+	if err != nil {
+		return fmt.Errorf("asking the guest to quiesce: %w", err)
+	}
+	if string(reply) != gvinit.QuiesceReply {
+		return fmt.Errorf("the guest answered quiesce with %q: %w", reply, errdefs.ErrInternal)
+	}
+	return nil
+}
+
+// reclaim opens the socket directory to the sandbox again and claims
+// the guest's sockets once it has bound them (claimVerified).
+func (s *sandbox) reclaim(ctx context.Context, nonce string) error {
+	udir := filepath.Join(s.st.Bundle, bundleSocket)
+	ids := layerIDs(s.spec)
+	for _, p := range []string{s.spec.SocketPath, filepath.Join(s.st.Bundle, ctlSocket)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if err := os.Chown(udir, int(ids.HostID), int(ids.HostID)); err != nil {
+		return err
+	}
+	if err := os.Chmod(udir, 0o700); err != nil {
+		return err
+	}
+	return claimVerified(ctx, udir, s.spec.SocketPath, nonce, ids.HostID, s.done)
+}
+
+// placeholders binds (and closes) host sockets at the guest's two socket
+// paths in udir, owned by host root (the guest's own are the sandbox
+// root's). A restored sentry walks every file its image knows of, the
+// guest's sockets among them (its dentries outlive the sockets, which the
+// host moved away), and fails unless each is there with its type; the
+// guest replaces them when it binds again (gvinit's listen unlinks).
+func placeholders(udir string) error {
+	for _, name := range []string{gvinit.SocketName, gvinit.CtlName} {
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(udir, name), Net: "unix"})
+		if err != nil {
+			return fmt.Errorf("socket placeholder: %w", err)
+		}
+		ln.SetUnlinkOnClose(false)
+		ln.Close()
+	}
+	return nil
+}
+
+// claimVerified waits until both of the guest's sockets are in udir
+// (sockets owned by owner, the sandbox's root on the host: not the
+// placeholders),
+// claims them (claimSocket: moved out of the sandbox's reach, udir closed
+// to it) and only then checks that they are the guest's: the guest
+// socket's first connection and the control socket's Hello must both
+// answer nonce, which only the guest knows. udir is open to every process
+// of the sandbox while the guest binds: what is found there may be
+// another process's socket, or no socket at all.
+func claimVerified(ctx context.Context, udir, sockPath, nonce string, owner uint32, done <-chan struct{}) error {
+	sock := filepath.Join(udir, gvinit.SocketName)
+	bound := func(name string) bool {
+		var st unix.Stat_t
+		return unix.Lstat(filepath.Join(udir, name), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK && st.Uid == owner
+	}
+	for {
+		if bound(gvinit.SocketName) && bound(gvinit.CtlName) {
+			break
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("the sandbox exited before its guest listened: %w", errdefs.ErrInternal)
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the guest: %w", errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := claimSocket(sock, sockPath, udir); err != nil {
+		return err
+	}
+	ctlPath := filepath.Join(filepath.Dir(udir), ctlSocket)
+	// Out of the sandbox's reach now: what lies there stays what it is.
+	for _, p := range []string{sockPath, ctlPath} {
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSocket == 0 {
+			return fmt.Errorf("claimed guest socket %s is not a socket: %w", p, errdefs.ErrPermissionDenied)
+		}
+	}
+	if err := prove(ctx, sockPath, "", nonce); err != nil {
+		return fmt.Errorf("guest socket: %w", err)
+	}
+	if err := prove(ctx, ctlPath, gvinit.Hello, nonce); err != nil {
+		return fmt.Errorf("guest control socket: %w", err)
+	}
+	return nil
+}
+
+// prove dials path (again while it refuses: bound, not yet listening),
+// sends say and wants nonce and a newline back.
+func prove(ctx context.Context, path, say, nonce string) error {
+	ctx, cancel := context.WithTimeout(ctx, quiesceTimeout)
+	defer cancel()
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("dialing: %w", errors.Join(errdefs.ErrDeadlineExceeded, err))
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		defer c.Close()
+		if dl, ok := ctx.Deadline(); ok {
+			_ = c.SetDeadline(dl)
+		}
+		if say != "" {
+			if _, err := io.WriteString(c, say); err != nil {
+				return err
+			}
+		}
+		got, err := io.ReadAll(io.LimitReader(c, 128))
+		if err != nil {
+			return err
+		}
+		if string(got) != nonce+"\n" {
+			return fmt.Errorf("it is not the guest's (wrong proof): %w", errdefs.ErrPermissionDenied)
+		}
+		return nil
+	}
+}
+
+// readNonce reads the nonce CheckpointMemory stored with an image.
+func readNonce(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, nonceFile))
+	if err != nil {
+		return "", fmt.Errorf("memory image %s: %w", dir, err)
+	}
+	return string(b), nil
+}
