@@ -41,6 +41,10 @@ var (
 const (
 	quiesceTimeout = 10 * time.Second
 	rebindTimeout  = 30 * time.Second
+	// proveTimeout bounds one proof; maxClaims is how many times the
+	// sockets are claimed before the guest counts as lost.
+	proveTimeout = 2 * time.Second
+	maxClaims    = 5
 	// nonceFile holds, beside runsc's image, the nonce the guest in that
 	// image answers with (claimVerified).
 	nonceFile = "agentbox-nonce"
@@ -180,28 +184,51 @@ func placeholders(udir string) error {
 // of the sandbox while the guest binds: what is found there may be
 // another process's socket, or no socket at all.
 func claimVerified(ctx context.Context, udir, sockPath, nonce string, owner uint32, done <-chan struct{}) error {
-	sock := filepath.Join(udir, gvinit.SocketName)
 	bound := func(name string) bool {
 		var st unix.Stat_t
 		return unix.Lstat(filepath.Join(udir, name), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK && st.Uid == owner
 	}
-	for {
-		if bound(gvinit.SocketName) && bound(gvinit.CtlName) {
-			break
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("the sandbox exited before its guest listened: %w", errdefs.ErrInternal)
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the guest: %w", errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
-		case <-time.After(time.Millisecond):
-		}
-	}
-	if err := claimSocket(sock, sockPath, udir); err != nil {
-		return err
-	}
 	ctlPath := filepath.Join(filepath.Dir(udir), ctlSocket)
-	// Out of the sandbox's reach now: what lies there stays what it is.
+	for attempt := 1; ; attempt++ {
+		for !bound(gvinit.SocketName) || !bound(gvinit.CtlName) {
+			select {
+			case <-done:
+				return fmt.Errorf("the sandbox exited before its guest listened: %w", errdefs.ErrInternal)
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for the guest: %w", errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
+			case <-time.After(time.Millisecond):
+			}
+		}
+		if err := claimSocket(filepath.Join(udir, gvinit.SocketName), sockPath, udir); err != nil {
+			return err
+		}
+		err := proveBoth(ctx, sockPath, ctlPath, nonce)
+		if err == nil {
+			return nil
+		}
+		if attempt == maxClaims || ctx.Err() != nil {
+			return err
+		}
+		// A bind of the guest's that failed inside the sentry may still
+		// have left its socket file on the host, which was claimed: the
+		// guest binds both again once the directory is open.
+		for _, p := range []string{sockPath, ctlPath} {
+			if rerr := os.Remove(p); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				return errors.Join(err, rerr)
+			}
+		}
+		if cerr := os.Chown(udir, int(owner), int(owner)); cerr != nil {
+			return errors.Join(err, cerr)
+		}
+		if cerr := os.Chmod(udir, 0o700); cerr != nil {
+			return errors.Join(err, cerr)
+		}
+	}
+}
+
+// proveBoth checks the claimed sockets (out of the sandbox's reach:
+// what lies there stays what it is) with the nonce.
+func proveBoth(ctx context.Context, sockPath, ctlPath, nonce string) error {
 	for _, p := range []string{sockPath, ctlPath} {
 		fi, err := os.Lstat(p)
 		if err != nil || fi.Mode()&os.ModeSocket == 0 {
@@ -220,7 +247,7 @@ func claimVerified(ctx context.Context, udir, sockPath, nonce string, owner uint
 // prove dials path (again while it refuses: bound, not yet listening),
 // sends say and wants nonce and a newline back.
 func prove(ctx context.Context, path, say, nonce string) error {
-	ctx, cancel := context.WithTimeout(ctx, quiesceTimeout)
+	ctx, cancel := context.WithTimeout(ctx, proveTimeout)
 	defer cancel()
 	var d net.Dialer
 	for {

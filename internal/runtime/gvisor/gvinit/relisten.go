@@ -248,6 +248,11 @@ func rebind() (*net.UnixListener, *net.UnixListener) {
 			if ctl, err = listen(SocketDir + "/" + CtlName); err == nil {
 				return ln, ctl
 			}
+			// Both again: the host may have claimed the socket files
+			// of this attempt (a bind that failed in the sentry can
+			// leave its file on the host) and will look for new ones.
+			ln.Close()
+			ln = nil
 		}
 		// EACCES while the host keeps the directory closed; anything
 		// else goes to the guest log, once.
