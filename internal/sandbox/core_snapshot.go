@@ -265,7 +265,15 @@ func (h *Handle) CheckpointMemory(ctx context.Context, dir string, frozen func()
 	if !ok {
 		return fmt.Errorf("sandbox %s runs on the %s backend, which has no memory checkpoints (gvisor has): %w", h.ID(), h.b.view().Backend, errdefs.ErrFailedPrecondition)
 	}
-	return mc.CheckpointMemory(ctx, dir, frozen)
+	err := mc.CheckpointMemory(ctx, dir, frozen)
+	// The backend's state may have changed (gvisor: the guest's secret).
+	h.b.mu.Lock()
+	h.b.rec.RuntimeState = rt.State()
+	h.b.mu.Unlock()
+	if serr := h.m.saveLocked(ctx, h.b); serr != nil {
+		return errors.Join(err, serr)
+	}
+	return err
 }
 
 // ForkSpec is a sandbox CreateFork makes on the layers of a checkpoint.

@@ -152,7 +152,7 @@ func (b *Backend) create(ctx context.Context, spec runtime.Spec, image string) (
 		}
 	}
 	undo.Add(func() { _ = os.Remove(spec.SocketPath) })
-	st := state{Pid: pid, StartTime: startTime, ContainerID: spec.ID, Root: b.root, Bundle: bdir, Cgroup: b.cgroupPath(spec.ID)}
+	st := state{Pid: pid, StartTime: startTime, ContainerID: spec.ID, Root: b.root, Bundle: bdir, Cgroup: b.cgroupPath(spec.ID), Nonce: nonce}
 	undo.Release()
 	log.InfoContext(ctx, "sandbox created", "pid", pid, "took", time.Since(start), "runsc_run", tRun)
 	return b.newSandbox(spec, st, done), nil

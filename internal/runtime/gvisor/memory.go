@@ -1,7 +1,9 @@
 package gvisor
 
 import (
+	"bufio"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -77,9 +80,10 @@ func (s *sandbox) CheckpointMemory(ctx context.Context, dir string, frozen func(
 	if err := os.WriteFile(filepath.Join(dir, nonceFile), []byte(nonce), 0o600); err != nil {
 		return fmt.Errorf("checkpointing sandbox %s: %w", s.spec.ID, err)
 	}
-	if err := quiesce(ctx, filepath.Join(bdir, ctlSocket), nonce); err != nil {
+	if err := quiesce(ctx, filepath.Join(bdir, ctlSocket), s.st.Nonce, nonce); err != nil {
 		return fmt.Errorf("checkpointing sandbox %s: %w", s.spec.ID, err)
 	}
+	s.st.Nonce = nonce
 	// From here on the guest waits for its socket directory: open it
 	// again on every path.
 	defer func() {
@@ -110,24 +114,21 @@ func (s *sandbox) CheckpointMemory(ctx context.Context, dir string, frozen func(
 	return nil
 }
 
-// quiesce asks the guest on its control socket to close every socket to
-// the host, and waits until it has (its answer, then end of file).
-func quiesce(ctx context.Context, ctl, nonce string) error {
+// quiesce asks the guest on its control socket, authenticated with the
+// current nonce cur, to close every socket to the host, and waits until it
+// has (its answer, then end of file); next is the new nonce.
+func quiesce(ctx context.Context, ctl, cur, next string) error {
 	ctx, cancel := context.WithTimeout(ctx, quiesceTimeout)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", ctl)
+	c, br, challenge, err := dialGuest(ctx, ctl)
 	if err != nil {
 		return fmt.Errorf("guest control socket: %w", err)
 	}
 	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	if _, err := io.WriteString(c, gvinit.QuiescePrefix+nonce+"\n"); err != nil {
+	if _, err := io.WriteString(c, gvinit.HostProof(cur, challenge)+" "+gvinit.QuiescePrefix+next+"\n"); err != nil {
 		return fmt.Errorf("asking the guest to quiesce: %w", err)
 	}
-	reply, err := io.ReadAll(io.LimitReader(c, 64))
+	reply, err := io.ReadAll(io.LimitReader(br, 64))
 	if err != nil {
 		return fmt.Errorf("asking the guest to quiesce: %w", err)
 	}
@@ -135,6 +136,32 @@ func quiesce(ctx context.Context, ctl, nonce string) error {
 		return fmt.Errorf("the guest answered quiesce with %q: %w", reply, errdefs.ErrInternal)
 	}
 	return nil
+}
+
+// dialGuest dials one of the guest's sockets (again while it refuses:
+// bound, not yet listening) and reads the guest's challenge.
+func dialGuest(ctx context.Context, path string) (net.Conn, *bufio.Reader, string, error) {
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, "", errors.Join(errdefs.ErrDeadlineExceeded, err)
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			_ = c.SetDeadline(dl)
+		}
+		br := bufio.NewReader(c)
+		line, err := br.ReadString('\n')
+		if err != nil || len(line) != 65 {
+			c.Close()
+			return nil, nil, "", fmt.Errorf("no challenge from the guest (%q): %w", line, errors.Join(errdefs.ErrPermissionDenied, err))
+		}
+		return c, br, strings.TrimSuffix(line, "\n"), nil
+	}
 }
 
 // reclaim opens the socket directory to the sandbox again and claims
@@ -235,48 +262,37 @@ func proveBoth(ctx context.Context, sockPath, ctlPath, nonce string) error {
 			return fmt.Errorf("claimed guest socket %s is not a socket: %w", p, errdefs.ErrPermissionDenied)
 		}
 	}
-	if err := prove(ctx, sockPath, "", nonce); err != nil {
+	if err := prove(ctx, sockPath, nonce); err != nil {
 		return fmt.Errorf("guest socket: %w", err)
 	}
-	if err := prove(ctx, ctlPath, gvinit.Hello, nonce); err != nil {
+	if err := prove(ctx, ctlPath, nonce); err != nil {
 		return fmt.Errorf("guest control socket: %w", err)
 	}
 	return nil
 }
 
-// prove dials path (again while it refuses: bound, not yet listening),
-// sends say and wants nonce and a newline back.
-func prove(ctx context.Context, path, say, nonce string) error {
+// prove dials path, proves the host to whatever answers and wants the
+// guest's proof back (gvinit's auth.go): only the guest knows nonce.
+func prove(ctx context.Context, path, nonce string) error {
 	ctx, cancel := context.WithTimeout(ctx, proveTimeout)
 	defer cancel()
-	var d net.Dialer
-	for {
-		c, err := d.DialContext(ctx, "unix", path)
-		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("dialing: %w", errors.Join(errdefs.ErrDeadlineExceeded, err))
-			}
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		defer c.Close()
-		if dl, ok := ctx.Deadline(); ok {
-			_ = c.SetDeadline(dl)
-		}
-		if say != "" {
-			if _, err := io.WriteString(c, say); err != nil {
-				return err
-			}
-		}
-		got, err := io.ReadAll(io.LimitReader(c, 128))
-		if err != nil {
-			return err
-		}
-		if string(got) != nonce+"\n" {
-			return fmt.Errorf("it is not the guest's (wrong proof): %w", errdefs.ErrPermissionDenied)
-		}
-		return nil
+	c, br, challenge, err := dialGuest(ctx, path)
+	if err != nil {
+		return err
 	}
+	defer c.Close()
+	mine := gvinit.Challenge()
+	if _, err := io.WriteString(c, gvinit.HostProof(nonce, challenge)+" "+gvinit.ProveCommand+mine+"\n"); err != nil {
+		return err
+	}
+	got, err := br.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal([]byte(strings.TrimSuffix(got, "\n")), []byte(gvinit.GuestProof(nonce, mine))) {
+		return fmt.Errorf("it is not the guest's (wrong proof): %w", errdefs.ErrPermissionDenied)
+	}
+	return nil
 }
 
 // readNonce reads the nonce CheckpointMemory stored with an image.

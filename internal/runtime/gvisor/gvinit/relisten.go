@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -33,18 +34,11 @@ import (
 // CtlName is the control socket's name in SocketDir.
 const CtlName = "ctl.sock"
 
-// The exchanges on the control socket: QuiescePrefix + nonce + "\n" is
-// answered QuiesceReply; Hello is answered with that nonce and a newline.
-// The first connection accepted on the guest socket after a rebind gets
-// the nonce and a newline too, and is closed (it is not served). The host
-// gives the nonce only to the guest (on the control socket it claimed) and
-// checks both sockets it claims after a rebind with it: the directory is
-// open to the whole sandbox meanwhile, so the sockets the host finds there
-// may be another process's, which cannot know the nonce.
+// The control socket's commands (see auth.go for the exchange): a
+// quiesce, answered QuiesceReply; a proof (ProveCommand).
 const (
 	QuiescePrefix = "quiesce "
 	QuiesceReply  = "ok\n"
-	Hello         = "hello\n"
 )
 
 const rebindInterval = 2 * time.Millisecond
@@ -58,10 +52,10 @@ type relistener struct {
 	gen    int          // bumped at every quiesce
 	conns  map[*trackedConn]struct{}
 	closed bool
-	// nonce is the last quiesce's; proveNext makes the next accepted
-	// connection receive it instead of being served.
-	nonce     string
-	proveNext bool
+	// nonce is the last quiesce's; while unproven (after a rebind, until
+	// the host proved itself on a connection) no connection is served.
+	nonce    string
+	unproven bool
 }
 
 func newRelistener(ln net.Listener) *relistener {
@@ -97,12 +91,16 @@ func (r *relistener) Accept() (net.Conn, error) {
 			r.mu.Unlock()
 			return nil, err
 		}
-		if r.proveNext {
-			r.proveNext = false
+		if r.unproven {
 			nonce := r.nonce
 			r.mu.Unlock()
-			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-			_, _ = c.Write([]byte(nonce + "\n"))
+			if r.proveHost(c, nonce) {
+				r.mu.Lock()
+				if r.gen == gen {
+					r.unproven = false
+				}
+				r.mu.Unlock()
+			}
 			c.Close()
 			continue
 		}
@@ -154,7 +152,7 @@ func (r *relistener) resume(ln net.Listener) {
 		return
 	}
 	r.ln = ln
-	r.proveNext = true
+	r.unproven = true
 	r.cond.Broadcast()
 }
 
@@ -211,14 +209,14 @@ func control(r *relistener, ctl *net.UnixListener) {
 			continue
 		}
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		nonce, isQuiesce := strings.CutPrefix(strings.TrimSuffix(line, "\n"), QuiescePrefix)
-		if err == nil && line == Hello {
-			r.mu.Lock()
-			n := r.nonce
-			r.mu.Unlock()
-			_, _ = c.Write([]byte(n + "\n"))
+		r.mu.Lock()
+		cur := r.nonce
+		r.mu.Unlock()
+		cmd, err := authenticate(c, bufio.NewReader(c), cur)
+		if err == nil && strings.HasPrefix(cmd, ProveCommand) {
+			_, _ = io.WriteString(c, GuestProof(cur, strings.TrimPrefix(cmd, ProveCommand))+"\n")
 		}
+		nonce, isQuiesce := strings.CutPrefix(cmd, QuiescePrefix)
 		if err != nil || !isQuiesce || nonce == "" {
 			c.Close()
 			continue
@@ -262,4 +260,17 @@ func rebind() (*net.UnixListener, *net.UnixListener) {
 		}
 		time.Sleep(rebindInterval)
 	}
+}
+
+// proveHost runs the exchange of auth.go on c, a connection to the guest
+// socket accepted after a rebind, and reports whether the host proved
+// itself (the guest then answered its proof).
+func (r *relistener) proveHost(c net.Conn, nonce string) bool {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	cmd, err := authenticate(c, bufio.NewReader(c), nonce)
+	if err != nil || !strings.HasPrefix(cmd, ProveCommand) {
+		return false
+	}
+	_, err = io.WriteString(c, GuestProof(nonce, strings.TrimPrefix(cmd, ProveCommand))+"\n")
+	return err == nil
 }
