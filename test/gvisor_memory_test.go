@@ -98,6 +98,7 @@ func TestGvisorMemoryCheckpoint(t *testing.T) {
 	if !ck.Memory {
 		t.Errorf("checkpoint %+v: not a memory checkpoint", ck)
 	}
+	t.Logf("memory checkpoint: frozen %d ms", ck.DurationMS)
 	// The source runs on, its guest reconnected.
 	after := readCount(t, sb)
 	if after < before {
@@ -110,9 +111,11 @@ func TestGvisorMemoryCheckpoint(t *testing.T) {
 	}
 
 	// Restore in place: the process is back where it was checkpointed.
-	if _, err := sb.Restore(ctx, ck.ID); err != nil {
+	rr, err := sb.Restore(ctx, ck.ID)
+	if err != nil {
 		t.Fatalf("restore: %v", err)
 	}
+	t.Logf("restore from memory: %d ms", rr.DurationMS)
 	restored := readCount(t, sb) // the first call after the restore
 	if restored < before || restored >= later {
 		t.Errorf("after restore the counter is at %d; checkpointed after %d, was at %d before the restore", restored, before, later)
@@ -120,7 +123,9 @@ func TestGvisorMemoryCheckpoint(t *testing.T) {
 	blobIntact(t, sb)
 
 	// Three forks, each counting on from the checkpoint on its own.
+	forkStart := time.Now()
 	forks, err := d.client.Fork(ctx, ck.ID, 3)
+	t.Logf("fork ×3 from memory: %v", time.Since(forkStart))
 	if err != nil {
 		t.Fatalf("fork ×3: %v", err)
 	}
