@@ -163,12 +163,6 @@ var machineIDRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 func TestForkTenDiverge(t *testing.T) { forkTenDiverge(t, "native") }
 
-// TestForkTenDivergeGvisor: the same on the gvisor backend (forks run on their checkpoint's backend).
-func TestForkTenDivergeGvisor(t *testing.T) {
-	requiresRunsc(t)
-	forkTenDiverge(t, "gvisor")
-}
-
 func forkTenDiverge(t *testing.T, rt string) {
 	d := newDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
