@@ -27,6 +27,9 @@ type Checkpoint struct {
 	// implicit_checkpoints_max_age_seconds), except while a live sandbox
 	// runs on one or was forked from it.
 	Implicit string `json:"implicit,omitempty"`
+	// Memory: the checkpoint holds the sandbox's memory and processes too
+	// (CreateCheckpointRequest.Memory).
+	Memory bool `json:"memory,omitempty"`
 	// ExpiresAt is when an implicit checkpoint is pruned for its age, at
 	// the latest (sooner when newer ones push it past the count); absent
 	// without an age limit and for checkpoints users asked for.
@@ -42,6 +45,17 @@ type CheckpointList struct {
 type CreateCheckpointRequest struct {
 	Name   string            `json:"name,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Memory also captures the sandbox's memory and processes (backends
+	// with the memory-checkpoint capability: gvisor): a restore or fork
+	// of it continues the processes where they were. The sandbox must be
+	// running; it keeps running.
+	Memory bool `json:"memory,omitempty"`
+	// AllowSecretsInMemory lets a memory checkpoint be taken while a
+	// process started with secrets or a run token (a private exec) still
+	// runs: its memory, secrets included, is then in the image and in
+	// every fork of it. Without it such a checkpoint is refused
+	// (failed_precondition).
+	AllowSecretsInMemory bool `json:"allow_secrets_in_memory,omitempty"`
 }
 
 // RestoreRequest is the body of POST /v1/sandboxes/{id}/restore.

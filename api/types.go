@@ -198,9 +198,12 @@ type ExecEvent struct {
 
 // Process describes a process started through exec.
 type Process struct {
-	Pid       int        `json:"pid"`
-	Cmd       []string   `json:"cmd"`
-	TTY       bool       `json:"tty"`
+	Pid int      `json:"pid"`
+	Cmd []string `json:"cmd"`
+	TTY bool     `json:"tty"`
+	// Private: started with ExecRequest.Private (every exec given secrets
+	// or a run token): its memory may hold them.
+	Private   bool       `json:"private,omitempty"`
 	Running   bool       `json:"running"`
 	ExitCode  *int       `json:"exit_code,omitempty"` // -1 when killed by a signal
 	Signal    string     `json:"signal,omitempty"`    // e.g. "KILL" when killed by a signal

@@ -45,6 +45,7 @@ func mainErr() error {
 		poolB    = flag.Bool("pool", true, "measure warm-pool claims (needs -agentbox's binary)")
 		svcB     = flag.Bool("serviceurl", true, "measure the service URL proxy against the same request from inside (needs -agentbox's binary)")
 		gvisorB  = flag.Bool("gvisor", true, "measure runsc run and agentbox on its gvisor backend (needs runsc: scripts/install-deps.sh)")
+		gvMem    = flag.Bool("gvisor-memory", true, "with -gvisor: memory checkpoint, restore and fork ×10 of a python3 process holding 50 MB (builds the debian template: mmdebstrap)")
 		scale    = flag.Bool("scale", false, "measure density (-scale-n paused sandboxes, minutes), wake, creates/s at concurrency 16 and noisy neighbours (needs -agentbox's binary)")
 		scaleN   = flag.Int("scale-n", 1000, "paused sandboxes for the density measurement")
 		parts    = flag.String("scale-parts", "noisy,rate,density", "which -scale measurements to run, comma-separated: noisy (exec next to CPU-burning neighbours), rate (creates/s at concurrency 16), density (memory per paused sandbox, resume and wake)")
@@ -105,6 +106,9 @@ func mainErr() error {
 				fmt.Fprintln(os.Stderr, "bench: bundle:", err)
 			}
 			results = append(results, measureGvisor(ctx, b, tmp, abin, *template, *buildTO)...)
+			if *gvMem {
+				results = append(results, measureGvisorMemory(ctx, b, abin, *buildTO)...)
+			}
 		}
 		if *scale {
 			r, l := measureScale(ctx, b, abin, *template, *buildTO, *scaleN, scaleParts(*parts))

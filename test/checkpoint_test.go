@@ -40,11 +40,19 @@ rm /bin/cat`
 // damage destroys the tree and template files.
 const damage = `rm -rf /root/app /bin/ls /usr/bin/env /etc/passwd; echo junk > /root/junk; mkdir /root/newdir`
 
-func TestCheckpointRestoreExact(t *testing.T) {
+func TestCheckpointRestoreExact(t *testing.T) { checkpointRestoreExact(t, "native") }
+
+// TestCheckpointRestoreExactGvisor: the same on the gvisor backend.
+func TestCheckpointRestoreExactGvisor(t *testing.T) {
+	requiresRunsc(t)
+	checkpointRestoreExact(t, "gvisor")
+}
+
+func checkpointRestoreExact(t *testing.T, rt string) {
 	d := newDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sb := d.create(t, agentbox.SandboxSpec{})
+	sb := d.create(t, agentbox.SandboxSpec{Runtime: rt})
 	mustRun(t, sb, populate)
 	want := mustRun(t, sb, manifestCmd)
 	if !strings.Contains(want, "001_init.sql") || !strings.Contains(want, "./bin/ls") || strings.Contains(want, "./bin/cat ") {
@@ -153,11 +161,13 @@ func lineDiff(a, b string) string {
 
 var machineIDRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
-func TestForkTenDiverge(t *testing.T) {
+func TestForkTenDiverge(t *testing.T) { forkTenDiverge(t, "native") }
+
+func forkTenDiverge(t *testing.T, rt string) {
 	d := newDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	parent := d.create(t, agentbox.SandboxSpec{Env: map[string]string{"FROM": "parent"}})
+	parent := d.create(t, agentbox.SandboxSpec{Runtime: rt, Env: map[string]string{"FROM": "parent"}})
 	mustRun(t, parent, "mkdir -p /etc && echo 0123456789abcdef0123456789abcdef > /etc/machine-id && echo shared > /root/base && rm /bin/ls")
 	ck, err := parent.Checkpoint(ctx, "base")
 	if err != nil {
@@ -390,11 +400,19 @@ func TestCheckpointCrash(t *testing.T) {
 	}
 }
 
-func TestExecRollback(t *testing.T) {
+func TestExecRollback(t *testing.T) { execRollback(t, "native") }
+
+// TestExecRollbackGvisor: the same on the gvisor backend.
+func TestExecRollbackGvisor(t *testing.T) {
+	requiresRunsc(t)
+	execRollback(t, "gvisor")
+}
+
+func execRollback(t *testing.T, rt string) {
 	d := newDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sb := d.create(t, agentbox.SandboxSpec{})
+	sb := d.create(t, agentbox.SandboxSpec{Runtime: rt})
 	mustRun(t, sb, "echo 1 > /root/x")
 
 	res, err := sb.Run(ctx, "echo 2 > /root/x; rm /bin/ls; echo doomed; false", agentbox.WithRollbackOnFailure())

@@ -48,10 +48,18 @@ func keys(m map[string]api.DiffChange) []string {
 // TestDiff compares a sandbox with its checkpoint and its template after
 // files were added, modified and deleted (a template file included), and
 // checks that a symlink planted inside is reported, never followed.
-func TestDiff(t *testing.T) {
+func TestDiff(t *testing.T) { diff(t, "native") }
+
+// TestDiffGvisor: the same on the gvisor backend.
+func TestDiffGvisor(t *testing.T) {
+	requiresRunsc(t)
+	diff(t, "gvisor")
+}
+
+func diff(t *testing.T, rt string) {
 	d := newDaemon(t)
 	ctx := context.Background()
-	sb := d.create(t, agentbox.SandboxSpec{Template: "busybox"})
+	sb := d.create(t, agentbox.SandboxSpec{Template: "busybox", Runtime: rt})
 	mustRun(t, sb, "mkdir -p /root/app && echo hello > /root/app/a.txt && printf 'one\\ntwo\\nthree\\n' > /root/m.txt && echo bye > /root/gone.txt")
 	ck, err := sb.Checkpoint(ctx, "c1")
 	if err != nil {
@@ -123,10 +131,18 @@ func TestDiff(t *testing.T) {
 // TestMerge merges a fork back into its parent without conflicts (the
 // fork's files arrive byte-identical), then with a conflict (409, nothing
 // applied: same tree hash), then with a strategy.
-func TestMerge(t *testing.T) {
+func TestMerge(t *testing.T) { merge(t, "native") }
+
+// TestMergeGvisor: the same on the gvisor backend.
+func TestMergeGvisor(t *testing.T) {
+	requiresRunsc(t)
+	merge(t, "gvisor")
+}
+
+func merge(t *testing.T, rt string) {
 	d := newDaemon(t)
 	ctx := context.Background()
-	parent := d.create(t, agentbox.SandboxSpec{Template: "busybox"})
+	parent := d.create(t, agentbox.SandboxSpec{Template: "busybox", Runtime: rt})
 	mustRun(t, parent, "mkdir -p /root/proj && echo base > /root/proj/shared.txt && echo old > /root/proj/gone.txt && echo keep > /root/proj/p.txt")
 	forks, err := parent.Fork(ctx, 1)
 	if err != nil {

@@ -36,10 +36,18 @@ func checkpointCmd() *cobra.Command {
 	}
 	var name string
 	var labels []string
+	var memory, allowSecrets bool
 	create := &cobra.Command{
-		Use:   "create [--name NAME] [--label K=V]... SANDBOX",
-		Short: "Checkpoint a sandbox's filesystem and print the checkpoint id",
-		Args:  cobra.ExactArgs(1),
+		Use:   "create [--name NAME] [--label K=V]... [--memory [--allow-secrets-in-memory]] SANDBOX",
+		Short: "Checkpoint a sandbox's filesystem (and with --memory its processes) and print the checkpoint id",
+		Long: `Checkpoint a sandbox's filesystem and print the checkpoint id.
+
+--memory also captures the sandbox's memory and processes (a backend with
+the memory-checkpoint capability: gvisor): restore and fork of the
+checkpoint continue its processes where they were. It is refused while a
+process started with secrets or a run token runs (its memory would hold
+them), unless --allow-secrets-in-memory is given.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g := rootGlobals(cmd)
 			lbl, err := parseKV("--label", labels)
@@ -50,7 +58,8 @@ func checkpointCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ck, err := c.Sandbox(args[0]).CheckpointWith(cmd.Context(), agentbox.CheckpointOptions{Name: name, Labels: lbl})
+			ck, err := c.Sandbox(args[0]).CheckpointWith(cmd.Context(), agentbox.CheckpointOptions{Name: name, Labels: lbl,
+				Memory: memory, AllowSecretsInMemory: allowSecrets})
 			if err != nil {
 				return err
 			}
@@ -59,6 +68,8 @@ func checkpointCmd() *cobra.Command {
 	}
 	create.Flags().StringVarP(&name, "name", "n", "", "checkpoint name")
 	create.Flags().StringArrayVarP(&labels, "label", "l", nil, "label K=V (repeatable)")
+	create.Flags().BoolVar(&memory, "memory", false, "capture the sandbox's memory and processes too (gvisor)")
+	create.Flags().BoolVar(&allowSecrets, "allow-secrets-in-memory", false, "take a --memory checkpoint even while a process started with secrets runs")
 
 	ls := &cobra.Command{
 		Use:     "ls [SANDBOX]",

@@ -245,6 +245,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 	}
 	network := sandboxnet.New(sandboxnet.Config{Edge: edge, Tunnels: tun, Logger: log})
 	snaps := snapshot.New(snapshot.Config{Layers: ls, Checkpoints: st, IDs: ids, Quotas: reg, Logger: log,
+		MemoryDir: filepath.Join(cfg.DataDir, "memory"),
 		Retention: snapshot.Retention{
 			Keep:   cfg.ImplicitCheckpointsKeep,
 			MaxAge: time.Duration(cfg.ImplicitCheckpointsMaxAgeSeconds) * time.Second,

@@ -194,12 +194,13 @@ func (s *server) start(req *api.ExecRequest, sub *subscriber) (*process, error) 
 		return nil, err
 	}
 	p := &process{
-		cmd:    spec.argv,
-		tty:    req.TTY != nil,
-		reaped: make(chan struct{}),
-		done:   make(chan struct{}),
-		subs:   make(map[*subscriber]struct{}),
-		ring:   outputRing{max: s.opts.MaxOutputBuffer},
+		cmd:     spec.argv,
+		private: req.Private,
+		tty:     req.TTY != nil,
+		reaped:  make(chan struct{}),
+		done:    make(chan struct{}),
+		subs:    make(map[*subscriber]struct{}),
+		ring:    outputRing{max: s.opts.MaxOutputBuffer},
 	}
 	if sub != nil {
 		p.subs[sub] = struct{}{}

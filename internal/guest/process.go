@@ -77,6 +77,7 @@ type process struct {
 	pid       int
 	cmd       []string
 	tty       bool
+	private   bool // started with ExecRequest.Private (secrets, a run token)
 	startedAt time.Time
 	timedOut  atomic.Bool
 	timer     *time.Timer
@@ -337,7 +338,7 @@ func (p *process) resize(tty api.TTY) error {
 func (p *process) info() api.Process {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := api.Process{Pid: p.pid, Cmd: p.cmd, TTY: p.tty, Running: p.result == nil, StartedAt: p.startedAt}
+	out := api.Process{Pid: p.pid, Cmd: p.cmd, TTY: p.tty, Private: p.private, Running: p.result == nil, StartedAt: p.startedAt}
 	if p.result != nil {
 		code := p.result.ExitCode
 		at := p.exitedAt

@@ -3,9 +3,12 @@ package layers
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
@@ -35,7 +38,39 @@ func (s *Store) CreateFromCopy(ctx context.Context, src string, opts CreateOptio
 	if err := s.driver.Clone(ctx, src, dst); err != nil {
 		return Layer{}, fmt.Errorf("copying %s into a layer: %w", src, err)
 	}
+	if err := s.ownWhiteouts(dst); err != nil {
+		return Layer{}, fmt.Errorf("copying %s into a layer: %w", src, err)
+	}
 	return s.commit(ctx, dst, opts)
+}
+
+// ownWhiteouts gives whiteouts (character devices 0:0) of dir owned
+// outside the store's id map to its root: an overlay mounted by host root
+// without an idmapped upper (the gvisor backend's, whose gofer deletes
+// files as the sandbox's root) makes them as host root. A whiteout's owner
+// means nothing; any other file owned outside the map is still refused
+// when the layer is hashed.
+func (s *Store) ownWhiteouts(dir string) error {
+	if s.ids.Size == 0 {
+		return nil
+	}
+	lo, hi := uint64(s.ids.HostID), uint64(s.ids.HostID)+uint64(s.ids.Size)
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeCharDevice == 0 {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
+			return nil
+		}
+		if uint64(st.Uid) >= lo && uint64(st.Uid) < hi && uint64(st.Gid) >= lo && uint64(st.Gid) < hi {
+			return nil
+		}
+		return unix.Lchown(path, int(s.ids.HostID), int(s.ids.HostID))
+	})
 }
 
 // ByPath returns the layer whose directory is path (as found in a Paths

@@ -90,6 +90,9 @@ const (
 	// reachable from inside. CapSeccomp and CapUserNamespaces then say
 	// nothing about the sandbox processes themselves.
 	CapOwnKernel = "own-kernel"
+	// CapMemoryCheckpoint: the backend implements MemoryRestorer and its
+	// sandboxes MemoryCheckpointer.
+	CapMemoryCheckpoint = "memory-checkpoint"
 )
 
 // Capabilities describe what a backend enforces. A backend lists only what it
@@ -312,4 +315,36 @@ type Stats struct {
 // StatsReader is implemented by sandboxes that expose cgroup counters.
 type StatsReader interface {
 	Stats(ctx context.Context) (Stats, error)
+}
+
+// MemoryCheckpointer is implemented by sandboxes whose processes' memory
+// and state can be saved (gvisor: runsc checkpoint). Callers type-assert;
+// a backend without it has no memory checkpoints (the caller's error is
+// errdefs.ErrFailedPrecondition).
+type MemoryCheckpointer interface {
+	// CheckpointMemory writes the sandbox's memory and process image into
+	// dir (an empty directory of the caller's) and leaves the sandbox
+	// running. The sandbox's processes are stopped while frozen runs
+	// (nil: nothing), which sees the filesystem exactly as the image does
+	// (the caller copies the upper dir there), and while the image is
+	// written. The guest's connections are closed meanwhile: a client
+	// dials again afterwards (the socket path is the same). On error dir
+	// may hold a partial image the caller removes; the sandbox runs on
+	// when it can (it is left stopped only when its guest does not come
+	// back, which Status then reports).
+	CheckpointMemory(ctx context.Context, dir string, frozen func() error) error
+}
+
+// MemoryRestorer is implemented by backends whose sandboxes are
+// MemoryCheckpointers: it starts a sandbox from a memory image instead of
+// booting its guest.
+type MemoryRestorer interface {
+	// RestoreMemory is Create (same contract, same spec) except that the
+	// sandbox's processes continue from the image in dir (written by
+	// CheckpointMemory of any sandbox of this backend; one image may be
+	// restored any number of times, concurrently) instead of a new guest
+	// being started. spec's layers must hold the files the image was
+	// taken over (the checkpoint's). Kernel state goes with the image:
+	// the hostname is the source's, whatever spec says.
+	RestoreMemory(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }

@@ -207,6 +207,15 @@ func (h *Handle) Frozen(ctx context.Context, fn func() error) (err error) {
 // left stopped (only delete works) and the error returned. It runs to its
 // end even when ctx is cancelled.
 func (h *Handle) Reset(ctx context.Context, lowers []string) error {
+	return h.ResetMemory(ctx, lowers, "")
+}
+
+// ResetMemory is Reset, with the sandbox's processes continuing from the
+// memory image in dir (written by CheckpointMemory over the files of
+// lowers) instead of a new guest starting, when dir is not "": its
+// backend must be a runtime.MemoryRestorer (else the sandbox is left
+// stopped with ErrFailedPrecondition; callers check first).
+func (h *Handle) ResetMemory(ctx context.Context, lowers []string, dir string) error {
 	m, b := h.m, h.b
 	ctx = context.WithoutCancel(ctx)
 	id := b.id()
@@ -232,11 +241,39 @@ func (h *Handle) Reset(ctx context.Context, lowers []string) error {
 		return fail(err)
 	}
 	go func() { _ = os.RemoveAll(trash) }()
-	if err := m.startGuestLocked(ctx, b, lowers); err != nil {
+	if err := m.startGuestFromLocked(ctx, b, lowers, dir); err != nil {
 		return fail(err)
 	}
 	m.onStart(ctx, b, StartRestore)
 	return m.saveLocked(ctx, b)
+}
+
+// CheckpointMemory writes the sandbox's memory and process image into dir
+// (runtime.MemoryCheckpointer), running frozen while its processes are
+// stopped (the caller copies its files there, so both match), and leaves
+// it running. A backend without memory checkpoints is
+// ErrFailedPrecondition, a sandbox that is not running ErrConflict. The
+// caller holds the sandbox's lock (LockRunning).
+func (h *Handle) CheckpointMemory(ctx context.Context, dir string, frozen func() error) error {
+	h.b.mu.Lock()
+	state, rt := h.b.rec.Sandbox.State, h.b.rt
+	h.b.mu.Unlock()
+	if state != api.StateRunning || rt == nil {
+		return fmt.Errorf("sandbox %s is %s: a memory checkpoint needs it running: %w", h.ID(), state, errdefs.ErrConflict)
+	}
+	mc, ok := rt.(runtime.MemoryCheckpointer)
+	if !ok {
+		return fmt.Errorf("sandbox %s runs on the %s backend, which has no memory checkpoints (gvisor has): %w", h.ID(), h.b.view().Backend, errdefs.ErrFailedPrecondition)
+	}
+	err := mc.CheckpointMemory(ctx, dir, frozen)
+	// The backend's state may have changed (gvisor: the guest's secret).
+	h.b.mu.Lock()
+	h.b.rec.RuntimeState = rt.State()
+	h.b.mu.Unlock()
+	if serr := h.m.saveLocked(ctx, h.b); serr != nil {
+		return errors.Join(err, serr)
+	}
+	return err
 }
 
 // ForkSpec is a sandbox CreateFork makes on the layers of a checkpoint.
@@ -258,6 +295,12 @@ type ForkSpec struct {
 	// sandbox's ("": the default); one this daemon does not run fails the
 	// fork.
 	Runtime string
+	// MemoryImage, when not "", is a memory image of the checkpoint
+	// (Handle.CheckpointMemory): the fork's processes continue from it
+	// (runtime.MemoryRestorer) instead of a new guest starting. Kernel
+	// state comes with the image: the fork's hostname inside is then the
+	// source's (its record's is its id).
+	MemoryImage string
 }
 
 // CreateFork creates and starts sandbox spec.ID with a fresh identity:
@@ -306,7 +349,7 @@ func (m *Manager) CreateFork(ctx context.Context, spec ForkSpec) (_ api.Sandbox,
 	if err := writeIdentity(p.upper, spec.Layers, int(m.cfg.IDs.HostID)); err != nil {
 		return api.Sandbox{}, fmt.Errorf("creating fork %s: writing identity: %w", id, err)
 	}
-	b, err := m.start(ctx, rec, false)
+	b, err := m.startFrom(ctx, rec, false, spec.MemoryImage)
 	if err != nil {
 		return api.Sandbox{}, err
 	}

@@ -175,7 +175,13 @@ func (m *Manager) template(ctx context.Context, name string) (templates.Template
 
 // start prepares the sandbox's directories (when fresh), starts its guest,
 // persists its record and registers it. On error everything it did is undone.
-func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool) (_ *box, err error) {
+func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool) (*box, error) {
+	return m.startFrom(ctx, rec, fresh, "")
+}
+
+// startFrom is start, with the processes restored from the memory image in
+// dir when it is not "" (createOrRestore).
+func (m *Manager) startFrom(ctx context.Context, rec store.SandboxRecord, fresh bool, image string) (_ *box, err error) {
 	id := rec.Sandbox.ID
 	p := m.paths(id)
 	var undo []func()
@@ -210,7 +216,7 @@ func (m *Manager) start(ctx context.Context, rec store.SandboxRecord, fresh bool
 		return nil, fmt.Errorf("creating sandbox %s: creating state dir: %w", id, err)
 	}
 	spec := m.runtimeSpec(rec)
-	rt, err := be.Create(ctx, spec)
+	rt, err := createOrRestore(ctx, be, spec, image)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/client"
 	"github.com/agentbox/agentbox/internal/runtime"
 )
@@ -40,6 +41,13 @@ func (m *Manager) stopGuestLocked(ctx context.Context, b *box) (runtime.Sandbox,
 // running, a wake records its transition) and persists the record. On error nothing of the new guest is left and b is
 // unchanged.
 func (m *Manager) startGuestLocked(ctx context.Context, b *box, layers []string) error {
+	return m.startGuestFromLocked(ctx, b, layers, "")
+}
+
+// startGuestFromLocked is startGuestLocked, with the sandbox's processes
+// restored from the memory image in dir when it is not "" (the backend's
+// runtime.MemoryRestorer; ErrFailedPrecondition when it has none).
+func (m *Manager) startGuestFromLocked(ctx context.Context, b *box, layers []string, image string) error {
 	ctx = context.WithoutCancel(ctx)
 	b.mu.Lock()
 	rec := b.rec
@@ -55,7 +63,7 @@ func (m *Manager) startGuestLocked(ctx context.Context, b *box, layers []string)
 	if err != nil {
 		return fmt.Errorf("starting guest: %w", err)
 	}
-	rt, err := be.Create(ctx, m.runtimeSpec(rec))
+	rt, err := createOrRestore(ctx, be, m.runtimeSpec(rec), image)
 	if err != nil {
 		return fmt.Errorf("starting guest: %w", err)
 	}
@@ -87,4 +95,17 @@ func (m *Manager) saveLocked(ctx context.Context, b *box) error {
 		return fmt.Errorf("saving record of sandbox %s: %w", rec.Sandbox.ID, err)
 	}
 	return nil
+}
+
+// createOrRestore starts spec's sandbox on be: Create, or RestoreMemory
+// from image when image is not "".
+func createOrRestore(ctx context.Context, be runtime.Backend, spec runtime.Spec, image string) (runtime.Sandbox, error) {
+	if image == "" {
+		return be.Create(ctx, spec)
+	}
+	mr, ok := be.(runtime.MemoryRestorer)
+	if !ok {
+		return nil, fmt.Errorf("the %s backend has no memory checkpoints: %w", be.Capabilities().Name, errdefs.ErrFailedPrecondition)
+	}
+	return mr.RestoreMemory(ctx, spec, image)
 }

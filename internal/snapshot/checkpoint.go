@@ -74,7 +74,11 @@ func (m *Snapshots) CreateCheckpoint(ctx context.Context, id string, req api.Cre
 	if err := validateCheckpointRequest(req); err != nil {
 		return api.Checkpoint{}, fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
-	h, unlock, err := m.sbx.LockFiles(ctx, id)
+	lock := m.sbx.LockFiles
+	if req.Memory { // needs its processes running
+		lock = m.sbx.LockRunning
+	}
+	h, unlock, err := lock(ctx, id)
 	if err != nil {
 		return api.Checkpoint{}, err
 	}
@@ -91,7 +95,7 @@ func (m *Snapshots) CreateCheckpoint(ctx context.Context, id string, req api.Cre
 
 // checkpointLocked does CreateCheckpoint with h's lock held exclusively
 // (LockFiles or LockRunning).
-func (m *Snapshots) checkpointLocked(ctx context.Context, h *sandbox.Handle, req api.CreateCheckpointRequest) (store.CheckpointRecord, error) {
+func (m *Snapshots) checkpointLocked(ctx context.Context, h *sandbox.Handle, req api.CreateCheckpointRequest) (_ store.CheckpointRecord, retErr error) {
 	cs, ls, err := m.checkpoints()
 	if err != nil {
 		return store.CheckpointRecord{}, err
@@ -106,14 +110,34 @@ func (m *Snapshots) checkpointLocked(ctx context.Context, h *sandbox.Handle, req
 		return store.CheckpointRecord{}, fmt.Errorf("top layer: %w", err)
 	}
 
+	cid := sandbox.NewID()
+	image := ""
+	if req.Memory {
+		if image, err = m.prepareMemory(ctx, h, req, cid); err != nil {
+			return store.CheckpointRecord{}, err
+		}
+		defer func() {
+			if retErr != nil {
+				m.removeMemory(image)
+			}
+		}()
+	}
 	start := time.Now()
 	var layer layers.Layer
-	err = h.Frozen(ctx, func() (err error) {
+	copyUpper := func() (err error) {
 		layer, err = ls.CreateFromCopy(ctx, upper, layers.CreateOptions{Parent: parent.ID})
 		return err
-	})
+	}
+	if req.Memory {
+		err = h.CheckpointMemory(ctx, image, copyUpper)
+	} else {
+		err = h.Frozen(ctx, copyUpper)
+	}
 	frozen := time.Since(start)
 	if err != nil {
+		if layer.ID != "" {
+			m.dropUnused(context.WithoutCancel(ctx), layer.ID)
+		}
 		return store.CheckpointRecord{}, err
 	}
 	// Thawed already: a chain grown too deep is squashed off the clock.
@@ -124,7 +148,6 @@ func (m *Snapshots) checkpointLocked(ctx context.Context, h *sandbox.Handle, req
 	if err != nil {
 		return store.CheckpointRecord{}, err
 	}
-	cid := sandbox.NewID()
 	rec := store.CheckpointRecord{
 		Checkpoint: api.Checkpoint{
 			ID:         cid,
@@ -136,12 +159,14 @@ func (m *Snapshots) checkpointLocked(ctx context.Context, h *sandbox.Handle, req
 			SizeBytes:  layer.Size,
 			CreatedAt:  time.Now().UTC(),
 			DurationMS: frozen.Milliseconds(),
+			Memory:     req.Memory,
 		},
-		Layer:      layer.ID,
-		Env:        maps.Clone(sb.Env),
-		Resources:  sb.Resources,
-		TemplateID: sb.TemplateID,
-		Backend:    sb.Backend,
+		MemoryImage: image,
+		Layer:       layer.ID,
+		Env:         maps.Clone(sb.Env),
+		Resources:   sb.Resources,
+		TemplateID:  sb.TemplateID,
+		Backend:     sb.Backend,
 	}
 	for _, l := range chain {
 		rec.Checkpoint.Layers = append(rec.Checkpoint.Layers, l.ID)
@@ -323,6 +348,7 @@ func (m *Snapshots) DeleteCheckpoint(ctx context.Context, cid string) (err error
 		return err
 	}
 	m.dropLayer(ctx, rec.Layer, checkpointRef(cid))
+	m.removeMemory(rec.MemoryImage)
 	m.log.InfoContext(ctx, "checkpoint deleted", "checkpoint", cid)
 	return nil
 }
@@ -370,6 +396,10 @@ func (m *Snapshots) restoreLocked(ctx context.Context, h *sandbox.Handle, ck sto
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", ck.Checkpoint.ID, err)
 	}
+	if ck.MemoryImage != "" && ck.Backend != h.Sandbox().Backend {
+		return fmt.Errorf("checkpoint %s holds the memory of a %s sandbox, this one runs on %s: %w",
+			ck.Checkpoint.ID, ck.Backend, h.Sandbox().Backend, errdefs.ErrFailedPrecondition)
+	}
 	ctx = context.WithoutCancel(ctx) // a half-done restore must be finished
 	id := h.ID()
 	_, lowers := h.Dirs()
@@ -382,7 +412,7 @@ func (m *Snapshots) restoreLocked(ctx context.Context, h *sandbox.Handle, ck sto
 			oldTop = l.ID
 		}
 	}
-	if err := h.Reset(ctx, paths); err != nil {
+	if err := h.ResetMemory(ctx, paths, ck.MemoryImage); err != nil {
 		return err
 	}
 	if oldTop != "" && oldTop != ck.Layer {

@@ -186,5 +186,7 @@ func (m *Snapshots) forkOne(ctx context.Context, id string, ck store.CheckpointR
 		Labels:     req.Labels,
 		Resources:  ck.Resources,
 		Runtime:    ck.Backend,
+		// A memory checkpoint's forks continue its processes.
+		MemoryImage: ck.MemoryImage,
 	})
 }

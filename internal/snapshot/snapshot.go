@@ -75,6 +75,10 @@ type Config struct {
 	// Retention bounds the checkpoints the daemon takes on its own
 	// (LabelImplicit); the zero value keeps them all.
 	Retention Retention
+	// MemoryDir holds memory checkpoints' images (a directory per
+	// checkpoint, root only); "": memory checkpoints fail with
+	// ErrFailedPrecondition.
+	MemoryDir string
 	Logger    *slog.Logger
 }
 
@@ -90,6 +94,7 @@ type Snapshots struct {
 	ids runtime.IDMap
 	q   sandbox.Quotas
 	ret Retention
+	mem string // Config.MemoryDir
 	log *slog.Logger
 	sbx Sandboxes // set by Provision, before any hook runs
 
@@ -111,7 +116,7 @@ func New(cfg Config) *Snapshots {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Snapshots{ls: cfg.Layers, cs: cfg.Checkpoints, ids: cfg.IDs, q: cfg.Quotas, ret: cfg.Retention, log: log,
+	return &Snapshots{ls: cfg.Layers, cs: cfg.Checkpoints, ids: cfg.IDs, q: cfg.Quotas, ret: cfg.Retention, mem: cfg.MemoryDir, log: log,
 		prune: pruner{pinned: map[string]int{}, stop: make(chan struct{})}}
 }
 

@@ -38,8 +38,11 @@ type CheckpointRecord struct {
 	TemplateID string `json:"template_id,omitempty"`
 	// Backend is the source sandbox's isolation backend, which its forks
 	// run on ("": the daemon's default, as for records before it).
-	Backend   string    `json:"backend,omitempty"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Backend string `json:"backend,omitempty"`
+	// MemoryImage is the directory of a memory checkpoint's image
+	// (api.Checkpoint.Memory), deleted with the checkpoint.
+	MemoryImage string    `json:"memory_image,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
 
 var _ CheckpointStore = (*Bolt)(nil)

@@ -28,7 +28,9 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string) (Checkpoint, erro
 	return s.CheckpointWith(ctx, CheckpointOptions{Name: name})
 }
 
-// CheckpointWith is Checkpoint with labels.
+// CheckpointWith is Checkpoint with labels, or with the sandbox's memory
+// and processes too (opts.Memory; gvisor sandboxes): restore and fork of
+// such a checkpoint continue its processes.
 func (s *Sandbox) CheckpointWith(ctx context.Context, opts CheckpointOptions) (Checkpoint, error) {
 	var ck Checkpoint
 	if err := s.c.call(ctx, request{method: http.MethodPost, path: s.path("/checkpoints"), json: opts}, &ck); err != nil {

@@ -228,6 +228,11 @@ func IsResourceExhausted(err error) bool { return hasCode(err, CodeResourceExhau
 // temporarily unable to serve the request.
 func IsUnavailable(err error) bool { return hasCode(err, CodeUnavailable) }
 
+// IsFailedPrecondition reports whether the daemon refused the call in the
+// state things are in (e.g. a memory checkpoint of a backend without
+// them, or of a sandbox whose memory holds secrets).
+func IsFailedPrecondition(err error) bool { return hasCode(err, CodeFailedPrecondition) }
+
 // RequestID returns the daemon's request id carried by err, or "".
 func RequestID(err error) string {
 	var e *APIError

@@ -32,6 +32,8 @@ const (
 	bundleRootfs = "rootfs"
 	bundleRunner = "runner"
 	bundleSocket = "u"
+	// ctlSocket is the guest's control socket once claimed (gvinit.CtlName).
+	ctlSocket = "ctl.sock"
 )
 
 // guestEnv is the guest's environment (sandbox processes get their own
@@ -245,7 +247,7 @@ func unmountBundle(bdir string) error {
 	// Never RemoveAll over the mount points: were the overlay still
 	// attached, that would empty the sandbox's upper dir. rmdir fails on
 	// anything left in them instead.
-	for _, f := range []string{"config.json", "pid"} {
+	for _, f := range []string{"config.json", "pid", ctlSocket} {
 		if err := os.Remove(filepath.Join(bdir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

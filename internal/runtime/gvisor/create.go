@@ -41,7 +41,13 @@ const (
 // then, so the socket moved is the guest's own. On error everything Create
 // made is removed: the runsc container, the mounts, the bundle, the
 // socket, and the state dir if Create made it.
-func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbox, retErr error) {
+func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	return b.create(ctx, spec, "")
+}
+
+// create is Create, or RestoreMemory when image is not "" (runsc restore
+// from that image instead of runsc run).
+func (b *Backend) create(ctx context.Context, spec runtime.Spec, image string) (_ runtime.Sandbox, retErr error) {
 	if err := validateSpec(spec); err != nil {
 		return nil, err
 	}
@@ -49,6 +55,13 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, setupTimeout)
 		defer cancel()
+	}
+	var nonce string
+	if image != "" {
+		var err error
+		if nonce, err = readNonce(image); err != nil {
+			return nil, fmt.Errorf("restoring sandbox %s: %w", spec.ID, err)
+		}
 	}
 	start := time.Now()
 	log := b.log.With("sandbox", spec.ID)
@@ -86,6 +99,11 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	if err := os.Chown(udir, int(ids.HostID), int(ids.HostID)); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 	}
+	if image != "" {
+		if err := placeholders(udir); err != nil {
+			return nil, fmt.Errorf("restoring sandbox %s: %w", spec.ID, err)
+		}
+	}
 	if err := writeSpec(bdir, ociSpec(spec, bdir, b.cgroupPath(spec.ID))); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: writing its OCI spec: %w", spec.ID, err)
 	}
@@ -101,7 +119,7 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 			log.Warn("teardown: deleting runsc container", "err", err)
 		}
 	})
-	pid, err := b.run(ctx, spec, bdir)
+	pid, err := b.run(ctx, spec, bdir, image)
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 	}
@@ -120,14 +138,21 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	}
 	tRun := time.Since(start)
 	sock := filepath.Join(udir, gvinit.SocketName)
-	if err := waitGuest(ctx, sock, done); err != nil {
-		return nil, fmt.Errorf("creating sandbox %s: %w%s", spec.ID, err, logTail(spec))
-	}
-	if err := claimSocket(sock, spec.SocketPath, udir); err != nil {
-		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+	if image != "" {
+		// The sandbox's own processes run already: its sockets are proved.
+		if err := claimVerified(ctx, udir, spec.SocketPath, nonce, ids.HostID, done); err != nil {
+			return nil, fmt.Errorf("restoring sandbox %s: %w%s", spec.ID, err, logTail(spec))
+		}
+	} else {
+		if err := waitGuest(ctx, sock, done); err != nil {
+			return nil, fmt.Errorf("creating sandbox %s: %w%s", spec.ID, err, logTail(spec))
+		}
+		if err := claimSocket(sock, spec.SocketPath, udir); err != nil {
+			return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
+		}
 	}
 	undo.Add(func() { _ = os.Remove(spec.SocketPath) })
-	st := state{Pid: pid, StartTime: startTime, ContainerID: spec.ID, Root: b.root, Bundle: bdir, Cgroup: b.cgroupPath(spec.ID)}
+	st := state{Pid: pid, StartTime: startTime, ContainerID: spec.ID, Root: b.root, Bundle: bdir, Cgroup: b.cgroupPath(spec.ID), Nonce: nonce}
 	undo.Release()
 	log.InfoContext(ctx, "sandbox created", "pid", pid, "took", time.Since(start), "runsc_run", tRun)
 	return b.newSandbox(spec, st, done), nil
@@ -173,14 +198,18 @@ func prepareSocketPath(path string) error {
 // stderr, and runsc's own messages, go to the guest log. runsc is killed
 // when ctx ends first (its error is then ctx's); the caller's teardown
 // deletes whatever it had made.
-func (b *Backend) run(ctx context.Context, spec runtime.Spec, bdir string) (int, error) {
+func (b *Backend) run(ctx context.Context, spec runtime.Spec, bdir, image string) (int, error) {
 	logFile, err := os.OpenFile(filepath.Join(spec.StateDir, guestLogName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("guest log: %w", err)
 	}
 	defer logFile.Close()
 	pidFile := filepath.Join(bdir, "pid")
-	args := append(b.globalFlags(), "run", "--detach", "--bundle="+bdir, "--pid-file="+pidFile, spec.ID)
+	verb := []string{"run"}
+	if image != "" {
+		verb = []string{"restore", "--image-path=" + image}
+	}
+	args := append(append(b.globalFlags(), verb...), "--detach", "--bundle="+bdir, "--pid-file="+pidFile, spec.ID)
 	cmd := exec.CommandContext(ctx, b.runscPath, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = bdir
@@ -188,7 +217,7 @@ func (b *Backend) run(ctx context.Context, spec runtime.Spec, bdir string) (int,
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("runsc run: %w", errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
 		}
-		return 0, fmt.Errorf("runsc run: %w%s", err, logTail(spec))
+		return 0, fmt.Errorf("runsc %s: %w%s", verb[0], err, logTail(spec))
 	}
 	raw, err := os.ReadFile(pidFile)
 	if err != nil {
@@ -221,9 +250,32 @@ func waitGuest(ctx context.Context, sock string, done <-chan struct{}) error {
 	}
 }
 
-// claimSocket moves the guest's socket sock to path and closes its
-// directory udir to the sandbox (host root's, 0555).
+// claimSocket moves the guest's socket sock to path, and its control
+// socket (gvinit.CtlName, bound right after sock) to ctlPath beside the
+// bundle, and closes their directory udir to the sandbox (host root's,
+// 0555).
 func claimSocket(sock, path, udir string) error {
+	ctl := filepath.Join(udir, gvinit.CtlName)
+	for i := 0; ; i++ {
+		fi, err := os.Lstat(ctl)
+		if err == nil && fi.Mode()&os.ModeSocket != 0 {
+			break
+		}
+		if i >= 2000 {
+			return fmt.Errorf("the guest bound no control socket: %w", errdefs.ErrInternal)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctlPath := filepath.Join(filepath.Dir(udir), ctlSocket)
+	if err := os.Rename(ctl, ctlPath); err != nil {
+		return fmt.Errorf("moving the guest's control socket into place: %w", err)
+	}
+	if err := os.Lchown(ctlPath, 0, 0); err != nil {
+		return err
+	}
+	if err := os.Chmod(ctlPath, 0o600); err != nil {
+		return err
+	}
 	fi, err := os.Lstat(sock)
 	if err != nil {
 		return fmt.Errorf("guest socket: %w", err)

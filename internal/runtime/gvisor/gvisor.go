@@ -182,7 +182,7 @@ func (b *Backend) Capabilities() runtime.Capabilities {
 		Name: Name,
 		Features: []string{
 			runtime.CapOwnKernel, runtime.CapIsolation, runtime.CapNetworkNone,
-			runtime.CapCgroups, runtime.CapPause, runtime.CapStats,
+			runtime.CapCgroups, runtime.CapPause, runtime.CapStats, runtime.CapMemoryCheckpoint,
 		},
 		CgroupMode: b.mode,
 	}

@@ -27,6 +27,10 @@ type state struct {
 	Root        string `json:"root"`
 	Bundle      string `json:"bundle"`
 	Cgroup      string `json:"cgroup"`
+	// Nonce is the guest's secret of its last quiesce (memory.go): what
+	// its control socket authenticates the host with. "" before the
+	// first.
+	Nonce string `json:"nonce,omitempty"`
 }
 
 // sandbox is a created or recovered gVisor sandbox.
@@ -37,7 +41,8 @@ type sandbox struct {
 	done <-chan struct{} // closed when the sandbox process has exited
 	log  *slog.Logger
 
-	// mu serialises Destroy, Pause and Resume, and guards destroyed.
+	// mu serialises Destroy, Pause, Resume and CheckpointMemory, and
+	// guards destroyed and st.Nonce.
 	mu        sync.Mutex
 	destroyed bool
 }
@@ -52,6 +57,8 @@ func (s *sandbox) Wait() <-chan struct{} { return s.done }
 
 // State returns the state as JSON.
 func (s *sandbox) State() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	b, _ := json.Marshal(s.st)
 	return b
 }

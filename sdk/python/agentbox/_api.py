@@ -144,12 +144,17 @@ def diff(from_ref: str, to_ref: str, unified: bool, include_identity: bool) -> C
     return Call("GET", "/diff", query=q)
 
 
-def sandbox_checkpoint(sid: str, name: str, labels: Optional[Dict[str, str]]) -> Call[Obj]:
+def sandbox_checkpoint(sid: str, name: str, labels: Optional[Dict[str, str]],
+                       memory: bool = False, allow_secrets_in_memory: bool = False) -> Call[Obj]:
     req: Dict[str, Any] = {}
     if name:
         req["name"] = name
     if labels:
         req["labels"] = labels
+    if memory:
+        req["memory"] = True
+    if allow_secrets_in_memory:
+        req["allow_secrets_in_memory"] = True
     return Call("POST", _sb(sid, "/checkpoints"), json_body=req)
 
 

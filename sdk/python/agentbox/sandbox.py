@@ -299,9 +299,15 @@ class Sandbox(SandboxState):
 
     # --- checkpoints, fork, merge ------------------------------------
 
-    def checkpoint(self, name: str = "", *, labels: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-        """Save the sandbox's filesystem (its processes go on); returns the checkpoint."""
-        return self._t.do(api.sandbox_checkpoint(self.id, name, labels))
+    def checkpoint(self, name: str = "", *, labels: Optional[Dict[str, str]] = None,
+                   memory: bool = False, allow_secrets_in_memory: bool = False) -> Dict[str, Any]:
+        """Save the sandbox's filesystem (its processes go on); returns the checkpoint.
+
+        memory=True also saves its memory and processes (gvisor sandboxes):
+        restore and fork then continue them where they were. It is refused
+        while a process started with secrets runs, unless
+        allow_secrets_in_memory=True."""
+        return self._t.do(api.sandbox_checkpoint(self.id, name, labels, memory, allow_secrets_in_memory))
 
     def checkpoints(self) -> List[Dict[str, Any]]:
         """This sandbox's checkpoints, oldest first."""

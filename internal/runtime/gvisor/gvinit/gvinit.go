@@ -61,11 +61,17 @@ func Main(serve func(ln net.Listener) error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		fail(fmt.Errorf("prctl PR_SET_DUMPABLE: %w", err))
 	}
-	ln, err := net.Listen("unix", SocketPath)
+	ln, err := listen(SocketPath)
 	if err != nil {
 		fail(fmt.Errorf("listening on %s: %w", SocketPath, err))
 	}
-	if err := serve(ln); err != nil {
+	ctl, err := listen(SocketDir + "/" + CtlName)
+	if err != nil {
+		fail(fmt.Errorf("listening on %s: %w", CtlName, err))
+	}
+	r := newRelistener(ln)
+	go control(r, ctl)
+	if err := serve(r); err != nil {
 		fail(err)
 	}
 	os.Exit(0)

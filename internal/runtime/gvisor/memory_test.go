@@ -1,0 +1,101 @@
+package gvisor
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/runtimetest"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// counterCmd starts a shell loop counting in memory, writing each value
+// to /tmp/c; it keeps running after the exec returns.
+const counterCmd = `(i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.05; done) >/dev/null 2>&1 </dev/null &`
+
+func readCounter(t *testing.T, sock string) int {
+	t.Helper()
+	out, code := runtimetest.MustExec(t, sock, "cat /tmp/c")
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if code != 0 || err != nil {
+		t.Fatalf("cat /tmp/c: %q, %d", out, code)
+	}
+	return n
+}
+
+// TestMemoryCheckpointRestore: a process counting in memory survives
+// CheckpointMemory (the source keeps counting, its guest answers again)
+// and RestoreMemory into two new sandboxes, each counting on from the
+// checkpointed value independently.
+func TestMemoryCheckpointRestore(t *testing.T) {
+	testutil.Short(t)
+	f := fixture(t)
+	b := newBackendTB(t)
+	src := runtimetest.NewSpec(t, runtimetest.NewID("msrc"), f.Layer, f.RunnerDir)
+	sb := runtimetest.Create(t, b, src)
+	t.Cleanup(func() {
+		if t.Failed() {
+			log, _ := os.ReadFile(src.StateDir + "/guest.log")
+			t.Logf("source guest log: %s", log)
+		}
+	})
+	if out, code := runtimetest.MustExec(t, src.SocketPath, "echo hi"); code != 0 || out != "hi\n" {
+		t.Fatalf("echo: %q %d", out, code)
+	}
+	if _, code := runtimetest.MustExec(t, src.SocketPath, counterCmd); code != 0 {
+		t.Fatal("starting the counter")
+	}
+	time.Sleep(300 * time.Millisecond)
+	image := runtimetest.TempDir(t)
+	a := runtimetest.NewSpec(t, runtimetest.NewID("mfa"), f.Layer, f.RunnerDir)
+	c := runtimetest.NewSpec(t, runtimetest.NewID("mfb"), f.Layer, f.RunnerDir)
+	var frozenAt int
+	err := sb.(*sandbox).CheckpointMemory(t.Context(), image, func() error {
+		raw, err := os.ReadFile(src.UpperDir + "/tmp/c")
+		if err != nil {
+			return err
+		}
+		frozenAt, _ = strconv.Atoi(strings.TrimSpace(string(raw)))
+		for _, up := range []string{a.UpperDir, c.UpperDir} {
+			if out, err := exec.Command("cp", "-a", src.UpperDir+"/.", up).CombinedOutput(); err != nil {
+				t.Fatalf("cp: %v %s", err, out)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if frozenAt == 0 {
+		t.Fatal("the counter had not counted before the checkpoint")
+	}
+	// The source answers at once and counts on.
+	if n := readCounter(t, src.SocketPath); n < frozenAt {
+		t.Errorf("source after checkpoint: %d < %d", n, frozenAt)
+	}
+	restored := map[string]string{}
+	for _, s := range []runtime.Spec{a, c} {
+		start := time.Now()
+		rsb, err := b.RestoreMemory(t.Context(), s, image)
+		if err != nil {
+			t.Fatalf("RestoreMemory(%s): %v", s.ID, err)
+		}
+		t.Logf("restore took %v", time.Since(start))
+		t.Cleanup(func() { _ = rsb.Destroy(t.Context()) })
+		n := readCounter(t, s.SocketPath)
+		if n < frozenAt || n > frozenAt+40 {
+			t.Errorf("fork %s starts at %d, checkpoint at %d", s.ID, n, frozenAt)
+		}
+		restored[s.ID] = s.SocketPath
+	}
+	time.Sleep(500 * time.Millisecond)
+	for id, sock := range restored {
+		if n := readCounter(t, sock); n <= frozenAt {
+			t.Errorf("fork %s did not count on: %d", id, n)
+		}
+	}
+}

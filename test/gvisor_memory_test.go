@@ -1,0 +1,235 @@
+package test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/testutil"
+	agentbox "github.com/agentbox/agentbox/sdk/go"
+)
+
+// counterPy holds a 50 MB object and counts in memory, writing the count
+// to /tmp/n every 50 ms; SIGUSR1 makes it write the object's digest to
+// /tmp/digest-now (the digest at start is in /tmp/digest0).
+const counterPy = `
+import hashlib, os, signal, time
+blob = bytearray(os.urandom(1 << 20)) * 50
+def digest():
+    return hashlib.sha256(blob).hexdigest()
+def put(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+put("/tmp/digest0", digest())
+asked = False
+def on_usr1(sig, frame):
+    global asked
+    asked = True
+signal.signal(signal.SIGUSR1, on_usr1)
+put("/tmp/pid", str(os.getpid()))
+n = 0
+while True:
+    n += 1
+    put("/tmp/n", str(n))
+    if asked:
+        asked = False
+        put("/tmp/digest-now", digest())
+    time.sleep(0.05)
+`
+
+func readCount(t *testing.T, sb *agentbox.Sandbox) int {
+	t.Helper()
+	out := strings.TrimSpace(mustRun(t, sb, "cat /tmp/n"))
+	n, err := strconv.Atoi(out)
+	if err != nil {
+		t.Fatalf("%s: /tmp/n = %q", sb.ID(), out)
+	}
+	return n
+}
+
+// blobIntact asks the counter for its object's digest and compares it with
+// the one it wrote at start.
+func blobIntact(t *testing.T, sb *agentbox.Sandbox) {
+	t.Helper()
+	got := mustRun(t, sb, `rm -f /tmp/digest-now; kill -USR1 $(cat /tmp/pid); for i in $(seq 100); do [ -s /tmp/digest-now ] && break; sleep 0.1; done; cat /tmp/digest0; echo; cat /tmp/digest-now`)
+	f := strings.Fields(got)
+	if len(f) != 2 || f[0] != f[1] || len(f[0]) != 64 {
+		t.Errorf("%s: the 50 MB object's digest at start and now: %q", sb.ID(), got)
+	}
+}
+
+// TestGvisorMemoryCheckpoint: a python3 process holding a 50 MB object
+// and a counter survives a memory checkpoint (the source counts on), a
+// restore in place (the process is back at the checkpointed count, the
+// sandbox answers exec at once) and a fork ×3 (each fork counts on from
+// the checkpointed value, independently of the others), the object
+// intact everywhere.
+func TestGvisorMemoryCheckpoint(t *testing.T) {
+	testutil.Short(t)
+	requiresRunsc(t)
+	testutil.RequiresBinary(t, "mmdebstrap")
+	d := newDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	if _, err := d.client.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "debian"}, nil); err != nil {
+		t.Fatalf("building the debian template: %v", err)
+	}
+	sb := d.create(t, agentbox.SandboxSpec{Template: "debian", Runtime: "gvisor"})
+	if err := sb.WriteFile(ctx, "/root/counter.py", []byte(counterPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Start(ctx, api.ExecRequest{Command: "python3 /root/counter.py"}); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, sb, "for i in $(seq 300); do [ -s /tmp/n ] && break; sleep 0.1; done; cat /tmp/n")
+	time.Sleep(300 * time.Millisecond)
+
+	before := readCount(t, sb)
+	ck, err := sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Name: "mem", Memory: true})
+	if err != nil {
+		t.Fatalf("memory checkpoint: %v", err)
+	}
+	if !ck.Memory {
+		t.Errorf("checkpoint %+v: not a memory checkpoint", ck)
+	}
+	t.Logf("memory checkpoint: frozen %d ms", ck.DurationMS)
+	// The source runs on, its guest reconnected.
+	after := readCount(t, sb)
+	if after < before {
+		t.Errorf("source after the checkpoint counts %d, before it %d", after, before)
+	}
+	time.Sleep(time.Second)
+	later := readCount(t, sb)
+	if later <= after+5 {
+		t.Errorf("the source stopped counting after the checkpoint: %d then %d", after, later)
+	}
+
+	// Restore in place: the process is back where it was checkpointed.
+	rr, err := sb.Restore(ctx, ck.ID)
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	t.Logf("restore from memory: %d ms", rr.DurationMS)
+	restored := readCount(t, sb) // the first call after the restore
+	if restored < before || restored >= later {
+		t.Errorf("after restore the counter is at %d; checkpointed after %d, was at %d before the restore", restored, before, later)
+	}
+	blobIntact(t, sb)
+
+	// Three forks, each counting on from the checkpoint on its own.
+	forkStart := time.Now()
+	forks, err := d.client.Fork(ctx, ck.ID, 3)
+	t.Logf("fork ×3 from memory: %v", time.Since(forkStart))
+	if err != nil {
+		t.Fatalf("fork ×3: %v", err)
+	}
+	for _, fk := range forks {
+		t.Cleanup(func() { _ = fk.Delete(context.WithoutCancel(ctx)) })
+		if fk.Info().Backend != "gvisor" {
+			t.Errorf("fork %s runs on %q", fk.ID(), fk.Info().Backend)
+		}
+		n := readCount(t, fk)
+		if n < before || n >= later {
+			t.Errorf("fork %s starts at %d; checkpointed after %d", fk.ID(), n, before)
+		}
+	}
+	// Stop the first fork's counter: the others go on.
+	mustRun(t, forks[0], "kill -STOP $(cat /tmp/pid)")
+	stopped := readCount(t, forks[0])
+	start := map[string]int{}
+	for _, fk := range forks[1:] {
+		start[fk.ID()] = readCount(t, fk)
+	}
+	time.Sleep(time.Second)
+	if n := readCount(t, forks[0]); n != stopped {
+		t.Errorf("the stopped fork's counter moved: %d then %d", stopped, n)
+	}
+	for _, fk := range forks[1:] {
+		if n := readCount(t, fk); n <= start[fk.ID()] {
+			t.Errorf("fork %s stopped counting with the first: %d then %d", fk.ID(), start[fk.ID()], n)
+		}
+		blobIntact(t, fk)
+	}
+
+	// Deleting the checkpoint (once nothing runs on it) deletes its image.
+	for _, fk := range forks {
+		if err := fk.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sb.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.client.DeleteCheckpoint(ctx, ck.ID); err != nil {
+		t.Fatalf("delete checkpoint: %v", err)
+	}
+	if left := d.memoryImages(t); len(left) > 0 {
+		t.Errorf("memory images left after the checkpoint's deletion: %v", left)
+	}
+}
+
+// TestGvisorMemoryCheckpointSecrets: a memory checkpoint is refused while
+// a process started with a secret runs (its memory holds it), unless the
+// caller allows it; once that process is gone it is taken.
+func TestGvisorMemoryCheckpointSecrets(t *testing.T) {
+	requiresRunsc(t)
+	d := newDaemon(t)
+	ctx := context.Background()
+	if _, err := d.client.SetSecret(ctx, "api", []byte("s3cr3t-value")); err != nil {
+		t.Fatal(err)
+	}
+	sb := d.create(t, agentbox.SandboxSpec{Runtime: "gvisor"})
+	holder, err := sb.Start(ctx, api.ExecRequest{Command: "sleep 120", Secrets: []api.ExecSecret{{Name: "api", Env: "K"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Memory: true})
+	if !agentbox.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "allow_secrets_in_memory") {
+		t.Fatalf("memory checkpoint with a secret holder running: %v; want failed_precondition naming allow_secrets_in_memory", err)
+	}
+	// A filesystem checkpoint holds no memory: it is taken.
+	if _, err := sb.Checkpoint(ctx, "files"); err != nil {
+		t.Errorf("filesystem checkpoint: %v", err)
+	}
+	if ck, err := sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Memory: true, AllowSecretsInMemory: true}); err != nil || !ck.Memory {
+		t.Errorf("memory checkpoint allowed to hold secrets: %+v, %v", ck, err)
+	}
+	if err := holder.Signal(ctx, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		_, err = sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Memory: true})
+		if err == nil || !agentbox.IsFailedPrecondition(err) || i == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Errorf("memory checkpoint once the secret holder is gone: %v", err)
+	}
+	// Native has no memory checkpoints: a clear error.
+	nat := d.create(t, agentbox.SandboxSpec{})
+	if _, err := nat.CheckpointWith(ctx, agentbox.CheckpointOptions{Memory: true}); !agentbox.IsFailedPrecondition(err) {
+		t.Errorf("memory checkpoint of a native sandbox: %v; want failed_precondition", err)
+	}
+}
+
+// memoryImages lists the memory images in d's data dir.
+func (d *daemon) memoryImages(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(d.dataDir, "memory"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
