@@ -153,7 +153,9 @@ class Sandbox(SandboxState):
         cwd, user, stdin (str or bytes, then EOF), stdin_open, timeout
         (seconds: the command is killed and Result.timed_out set), secrets
         (names or Secret), token, private, tty, checkpoint_before,
-        rollback_on_failure. on_stdout/on_stderr get output as it arrives;
+        rollback_on_failure, output_schema (a JSON Schema the stdout must
+        conform to: APIError with reason "output_schema_mismatch" otherwise,
+        no output). on_stdout/on_stderr get output as it arrives;
         on_start gets the pid once it runs.
         """
         req = exec_request(command, **options)
