@@ -32,8 +32,8 @@ type execFlags struct {
 	secrets     []string // NAME[=ENV]
 	token       bool
 	private     bool
-	checkpoint  bool // checkpoint before the command
-	rollback    bool // and put the files back to it when the command fails
+	checkpoint  bool   // checkpoint before the command
+	rollback    bool   // and put the files back to it when the command fails
 	schema      string // --output-schema FILE
 }
 
