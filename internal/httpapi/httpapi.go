@@ -151,7 +151,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
 		{"POST", "/mcp", h.mcp},
-	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.codeRoutes(), h.poolRoutes(), h.exposureRoutes(), h.adminRoutes(), h.tenantRoutes(), h.probeRoutes(), h.auditRoutes())...)
+	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.codeRoutes(), h.poolRoutes(), h.exposureRoutes(), h.adminRoutes(), h.tenantRoutes(), h.probeRoutes(), h.auditRoutes(), h.replayRoutes())...)
 }
 
 // reqState is per-request data shared by the middleware and handlers.
