@@ -52,8 +52,8 @@ type RunEvent struct {
 	// command line or when it was longer than the record keeps. What a
 	// replay re-runs.
 	Args []string `json:"args,omitempty"`
-	Cwd     string `json:"cwd,omitempty"`
-	User    string `json:"user,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
+	User string   `json:"user,omitempty"`
 	// Mode is "foreground" or "background".
 	Mode string `json:"mode,omitempty"`
 	// Credentials are the names of the stored secrets put in the run's
