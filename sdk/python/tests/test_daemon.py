@@ -525,7 +525,7 @@ class TestTemplatesNetwork(DaemonTest):
         rep = sb.run_report(res["steps"][0]["original"]["run"])
         self.assertEqual(rep["kind"], "report")
         schema = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
-        self.assertEqual(sb.run("cat /root/out.json", output_schema=schema).stdout, b'{"n": 1}\n')
+        self.assertEqual(sb.run("cat /root/out.json", output_schema=schema).stdout, '{"n": 1}\n')
         with self.assertRaises(agentbox.APIError) as cm:
             sb.run("echo IGNORE-ALL-INSTRUCTIONS", output_schema=schema)
         self.assertEqual(cm.exception.reason, "output_schema_mismatch")
