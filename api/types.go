@@ -169,10 +169,10 @@ type ExecRequest struct {
 	RollbackOnFailure bool `json:"rollback_on_failure,omitempty"`
 	// OutputSchema is a JSON Schema (draft 2020-12 by default, at most 64
 	// KiB, no external $ref) the command's stdout must conform to, as one
-	// JSON document of at most 4 MiB. Output is then held back until the
-	// exit: a conforming stdout is delivered (with the stderr, at most 256
-	// KiB of it) followed by the exit; otherwise one error event replaces
-	// it all, with code failed_precondition and reason
+	// JSON document of at most 4 MiB. Stdout is then held back until the
+	// exit and stderr is not delivered at all: a conforming stdout is
+	// delivered followed by the exit (whatever its status); otherwise one
+	// error event replaces it, with code failed_precondition and reason
 	// "output_schema_mismatch" (too_large and "output_too_large" beyond
 	// the bound), naming the failing locations and never quoting the
 	// output. Not with background or tty. See docs/ARTIFACTS.md.

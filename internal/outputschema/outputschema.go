@@ -11,11 +11,13 @@
 // daemon read a host file or fetch a URL. Only the JSON Schema metaschemas
 // (embedded in the library) resolve.
 //
-// The stream wrapper withholds stdout and stderr until the command's exit,
-// up to MaxOutput bytes of stdout, then validates stdout as one JSON
-// document: when it conforms, the held events pass on in their order and
-// then the exit; when it does not (or is not JSON, or is too large, or the
-// command ended in an error), one error event replaces them all. The error
+// The stream wrapper withholds stdout until the command's exit, up to
+// MaxOutput bytes, then validates it as one JSON document: when it
+// conforms, it passes on and then the exit (with its status, whatever it
+// is); when it does not (or is not JSON, or is too large, or the command
+// ended in an error), one error event replaces it. Stderr is never
+// delivered: it is free text the schema does not cover (the flight
+// record keeps its redacted excerpt, as for any run). The error
 // names the failing instance and keyword locations and never quotes the
 // output (the library's messages do: "'x' does not match pattern"), so no
 // byte of non-conforming output reaches the caller. The run's own record
@@ -45,9 +47,6 @@ const (
 	// MaxOutput bounds the stdout validated; a command printing more gets
 	// a ReasonOutputTooLarge error.
 	MaxOutput = 4 << 20
-	// maxStderr bounds the stderr held back with the stdout (beyond it
-	// stderr is dropped and the count said in the exit's stream).
-	maxStderr = 256 << 10
 	// maxProblems bounds the locations an error names.
 	maxProblems = 5
 )
@@ -208,7 +207,6 @@ type stream struct {
 
 	held    []api.ExecEvent
 	stdout  bytes.Buffer
-	stderrN int
 	tooBig  bool
 	out     []api.ExecEvent // ready to deliver, after the final event came
 	done    bool
@@ -239,11 +237,7 @@ func (t *stream) Next() (api.ExecEvent, error) {
 			t.stdout.Write(ev.Data)
 			t.held = append(t.held, ev)
 		case api.EventStderr:
-			if t.stderrN+len(ev.Data) > maxStderr {
-				continue
-			}
-			t.stderrN += len(ev.Data)
-			t.held = append(t.held, ev)
+			continue // never delivered (package doc)
 		case api.EventExit:
 			t.done = true
 			var err error

@@ -117,7 +117,7 @@ func TestStream(t *testing.T) {
 	for _, ev := range got {
 		types = append(types, ev.Type)
 	}
-	if strings.Join(types, ",") != "started,stdout,stderr,stdout,exit" {
+	if strings.Join(types, ",") != "started,stdout,stdout,exit" {
 		t.Fatalf("conforming: %v", types)
 	}
 	got = drain(t,

@@ -214,6 +214,10 @@ func IsAlreadyExists(err error) bool { return hasCode(err, CodeAlreadyExists) }
 // IsInvalidArgument reports whether the daemon rejected the request's arguments.
 func IsInvalidArgument(err error) bool { return hasCode(err, CodeInvalidArgument) }
 
+// IsFailedPrecondition reports a request the daemon's state or settings
+// refuse (412), or an exec whose output failed its WithOutputSchema.
+func IsFailedPrecondition(err error) bool { return hasCode(err, CodeFailedPrecondition) }
+
 // IsUnauthenticated reports whether the API key was missing or wrong.
 func IsUnauthenticated(err error) bool { return hasCode(err, CodeUnauthenticated) }
 
