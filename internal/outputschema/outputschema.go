@@ -205,11 +205,11 @@ type stream struct {
 	inner execstream.Stream
 	sch   *Schema
 
-	held    []api.ExecEvent
-	stdout  bytes.Buffer
-	tooBig  bool
-	out     []api.ExecEvent // ready to deliver, after the final event came
-	done    bool
+	held   []api.ExecEvent
+	stdout bytes.Buffer
+	tooBig bool
+	out    []api.ExecEvent // ready to deliver, after the final event came
+	done   bool
 }
 
 func (t *stream) Next() (api.ExecEvent, error) {
