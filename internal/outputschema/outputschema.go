@@ -146,6 +146,9 @@ func (e *Error) Unwrap() error       { return e.Category }
 func (e *Error) ErrorReason() string { return e.Reason }
 
 func mismatch(msg string) error {
+	if !strings.Contains(msg, "output schema") {
+		msg = "output schema: " + msg
+	}
 	return &Error{Msg: msg, Reason: ReasonMismatch, Category: errdefs.ErrFailedPrecondition}
 }
 
