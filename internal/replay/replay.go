@@ -84,10 +84,10 @@ type Replayer struct {
 	log    *slog.Logger
 }
 
-// New returns a Replayer.
+// New returns a Replayer logging to log (nil: nowhere).
 func New(events Events, snaps Snapshots, run Runner, del Deleter, log *slog.Logger) *Replayer {
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Replayer{events: events, snaps: snaps, run: run, del: del, log: log}
 }
