@@ -47,8 +47,13 @@ const (
 // RunEvent describes one command (types run.started, run.ended).
 type RunEvent struct {
 	Command string `json:"command,omitempty"`
-	Cwd     string `json:"cwd,omitempty"`
-	User    string `json:"user,omitempty"`
+	// Args is the argv of a run asked for as cmd (Command is then its
+	// words joined by spaces, which loses quoting); absent for a shell
+	// command line or when it was longer than the record keeps. What a
+	// replay re-runs.
+	Args []string `json:"args,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
+	User string   `json:"user,omitempty"`
 	// Mode is "foreground" or "background".
 	Mode string `json:"mode,omitempty"`
 	// Credentials are the names of the stored secrets put in the run's

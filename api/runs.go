@@ -14,6 +14,7 @@ const (
 	TriggerWebhook  = "webhook"  // a signed POST /v1/hooks/{id}
 	TriggerMCP      = "mcp"      // a tool call over MCP (agentbox mcp, POST /mcp)
 	TriggerE2B      = "e2b"      // a command through the E2B-compatible API (agentbox serve --e2b)
+	TriggerReplay   = "replay"   // a recorded run re-run by POST /v1/sandboxes/{id}/replay
 )
 
 // Run states.
@@ -30,7 +31,7 @@ const (
 // Run is the record of one command run through the pipeline.
 type Run struct {
 	ID      string `json:"id"`
-	Trigger string `json:"trigger"` // TriggerAPI, TriggerSchedule, TriggerWebhook, TriggerMCP or TriggerE2B
+	Trigger string `json:"trigger"` // TriggerAPI, TriggerSchedule, TriggerWebhook, TriggerMCP, TriggerE2B or TriggerReplay
 	// Who caused it: "unix-socket", "api-key:<key id>", "schedule:<id>",
 	// "hook:<id>".
 	Who      string   `json:"who"`

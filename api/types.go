@@ -7,7 +7,10 @@
 // payloads inside JSON (exec output, stdin) are base64 ([]byte fields).
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Version is the API version spoken by this build. Clients send it in the
 // VersionHeader; the daemon answers with its own.
@@ -164,6 +167,16 @@ type ExecRequest struct {
 	// covers. Not with background.
 	CheckpointBefore  bool `json:"checkpoint_before,omitempty"`
 	RollbackOnFailure bool `json:"rollback_on_failure,omitempty"`
+	// OutputSchema is a JSON Schema (draft 2020-12 by default, at most 64
+	// KiB, no external $ref) the command's stdout must conform to, as one
+	// JSON document of at most 4 MiB. Stdout is then held back until the
+	// exit and stderr is not delivered at all: a conforming stdout is
+	// delivered followed by the exit (whatever its status); otherwise one
+	// error event replaces it, with code failed_precondition and reason
+	// "output_schema_mismatch" (too_large and "output_too_large" beyond
+	// the bound), naming the failing locations and never quoting the
+	// output. Not with background or tty. See docs/ARTIFACTS.md.
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
 }
 
 // Exec event types, one JSON object per line in an exec or attach stream

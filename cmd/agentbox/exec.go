@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -31,8 +32,9 @@ type execFlags struct {
 	secrets     []string // NAME[=ENV]
 	token       bool
 	private     bool
-	checkpoint  bool // checkpoint before the command
-	rollback    bool // and put the files back to it when the command fails
+	checkpoint  bool   // checkpoint before the command
+	rollback    bool   // and put the files back to it when the command fails
+	schema      string // --output-schema FILE
 }
 
 func (f *execFlags) request(argv []string) (api.ExecRequest, error) {
@@ -53,8 +55,19 @@ func (f *execFlags) baseRequest(argv []string) (api.ExecRequest, error) {
 	if f.timeout < 0 {
 		return api.ExecRequest{}, fmt.Errorf("--timeout must not be negative")
 	}
-	return api.ExecRequest{Cmd: argv, Env: env, Cwd: f.cwd, User: f.user, TimeoutSeconds: f.timeout.Seconds(), Private: f.private,
-		CheckpointBefore: f.checkpoint || f.rollback, RollbackOnFailure: f.rollback}, nil
+	req := api.ExecRequest{Cmd: argv, Env: env, Cwd: f.cwd, User: f.user, TimeoutSeconds: f.timeout.Seconds(), Private: f.private,
+		CheckpointBefore: f.checkpoint || f.rollback, RollbackOnFailure: f.rollback}
+	if f.schema != "" {
+		b, err := os.ReadFile(f.schema)
+		if err != nil {
+			return api.ExecRequest{}, fmt.Errorf("--output-schema: %w", err)
+		}
+		if !json.Valid(b) {
+			return api.ExecRequest{}, fmt.Errorf("--output-schema: %s is not JSON", f.schema)
+		}
+		req.OutputSchema = b
+	}
+	return req, nil
 }
 
 func execCmd(g *globals) *cobra.Command {
@@ -110,6 +123,7 @@ func execCmd(g *globals) *cobra.Command {
 	f.BoolVar(&ef.private, "private", false, "hide the command's environment and memory from the sandbox's other processes (implied by --secret and --token)")
 	f.BoolVar(&ef.checkpoint, "checkpoint", false, "checkpoint the sandbox before the command runs")
 	f.BoolVar(&ef.rollback, "rollback-on-failure", false, "checkpoint first and put the files back to it if the command fails or times out (through the guest: other processes keep running)")
+	f.StringVar(&ef.schema, "output-schema", "", "validate the command's stdout against the JSON Schema in FILE: print it only if it conforms, else fail (exit 125) without printing it")
 	f.SetInterspersed(false) // flags after ID belong to CMD
 	return cmd
 }

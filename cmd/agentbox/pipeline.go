@@ -116,7 +116,7 @@ line per finished run instead (for billing pipelines).`,
 			fmt.Fprintln(tw, "SCOPE\tTRIGGER\tRUNS\tCPU-S\tMEM-GB-S\tEGRESS")
 			row := func(scope string, t api.UsageTotals) {
 				fmt.Fprintf(tw, "%s\tall\t%d\t%.3f\t%.3f\t%s\n", scope, t.Runs, t.CPUSeconds, t.MemoryGBSeconds, humanBytes(t.EgressBytes))
-				for _, trig := range []string{api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook, api.TriggerMCP, api.TriggerE2B} {
+				for _, trig := range []string{api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook, api.TriggerMCP, api.TriggerE2B, api.TriggerReplay} {
 					if bt, ok := t.ByTrigger[trig]; ok {
 						fmt.Fprintf(tw, "\t%s\t%d\t%.3f\t%.3f\t%s\n", trig, bt.Runs, bt.CPUSeconds, bt.MemoryGBSeconds, humanBytes(bt.EgressBytes))
 					}

@@ -154,8 +154,21 @@ func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.Exe
 		r.setLive(id, run, true)
 	}
 	r.record(ctx, e.owner, api.SandboxEvent{SandboxID: id, RunID: run, Type: api.EventRunStarted, Actor: e.actor,
-		Run: &api.RunEvent{Command: cmd, Cwd: req.Cwd, User: req.User, Mode: mode, Credentials: creds, TraceParent: tracectx.Parent(ctx)}})
+		Run: &api.RunEvent{Command: cmd, Args: recordedArgs(req.Cmd), Cwd: req.Cwd, User: req.User, Mode: mode, Credentials: creds, TraceParent: tracectx.Parent(ctx)}})
 	return e, nil
+}
+
+// recordedArgs is the argv a run.started keeps: all of it, or nothing
+// when it is longer than a command is kept.
+func recordedArgs(args []string) []string {
+	n := 0
+	for _, a := range args {
+		n += len(a) + 1
+	}
+	if len(args) == 0 || n > maxCommand {
+		return nil
+	}
+	return append([]string(nil), args...)
 }
 
 func joinArgs(args []string) string {

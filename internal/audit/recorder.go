@@ -220,6 +220,13 @@ func (r *Recorder) redact(ev *api.SandboxEvent) {
 	if ev.Run != nil {
 		run := *ev.Run
 		run.Command, run.Cwd, run.Excerpt = s(run.Command), s(run.Cwd), s(run.Excerpt)
+		if len(run.Args) > 0 {
+			args := make([]string, len(run.Args))
+			for i, a := range run.Args {
+				args[i] = s(a)
+			}
+			run.Args = args
+		}
 		ev.Run = &run
 	}
 	if ev.File != nil {

@@ -347,7 +347,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err 
 		return nil, err
 	}
 	gc := newCollector(layerGC, log)
-	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, exposureAPI{svcURLs}, auditAPI{rec, events}, gc, st}
+	svc := service{mgr, sandboxfiles.New(mgr), sec, events, network, snaps, pools, tmplSvc, layerGC, upgrades, pipe, tenants, exposureAPI{svcURLs}, auditAPI{rec, events}, newReplay(rec, snaps, pipe, mgr, log), gc, st}
 	// Ready from here on (recovery is done) until Close starts.
 	closing := new(atomic.Bool)
 	handler := httpapi.New(svc, httpapi.Options{
@@ -506,6 +506,7 @@ type service struct {
 	*tenantAPI
 	exposureAPI            // service URLs API (serviceurl)
 	auditAPI               // events, export, follow and verify (internal/audit)
+	replayAPI              // replay, compare and run reports (internal/replay)
 	gc          *collector // background layer collections after deletes
 	// records is the metadata store, whose quarantine of corrupt records
 	// the admin API lists (admin.go).

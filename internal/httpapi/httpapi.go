@@ -160,7 +160,7 @@ func (h *handler) routes() []route {
 		{"GET", "/v1/templates/{name}", h.getTemplate},
 		{"POST", "/v1/templates/build", h.buildTemplate},
 		{"POST", "/mcp", h.mcp},
-	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.codeRoutes(), h.poolRoutes(), h.exposureRoutes(), h.adminRoutes(), h.tenantRoutes(), h.probeRoutes(), h.auditRoutes(), h.terminalRoutes())...)
+	}, slices.Concat(h.checkpointRoutes(), h.secretRoutes(), h.networkRoutes(), h.lifecycleRoutes(), h.upgradeRoutes(), h.storageRoutes(), h.pipelineRoutes(), h.codeRoutes(), h.poolRoutes(), h.exposureRoutes(), h.adminRoutes(), h.tenantRoutes(), h.probeRoutes(), h.auditRoutes(), h.terminalRoutes(), h.replayRoutes())...)
 }
 
 // reqState is per-request data shared by the middleware and handlers.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"reflect"
 	"sort"
 	"strings"
@@ -83,6 +84,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		api.ExposeRequest{}, api.Exposure{}, api.ExposureList{},
 	}
 	timeType := reflect.TypeOf(time.Time{})
+	rawJSONType := reflect.TypeOf(json.RawMessage(nil))
 	for _, v := range types {
 		rt := reflect.TypeOf(v)
 		s, ok := doc.Components.Schemas[rt.Name()]
@@ -111,6 +113,11 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 			case ft == timeType:
 				if p.Type != "string" || p.Format != "date-time" {
 					t.Errorf("%s.%s: time must be string/date-time", rt.Name(), name)
+				}
+			case ft == rawJSONType:
+				// Embedded JSON (output_schema): a JSON value, not base64.
+				if p.Type == "string" {
+					t.Errorf("%s.%s: json.RawMessage is a JSON value, not a string", rt.Name(), name)
 				}
 			case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Uint8:
 				if p.Type != "string" || p.Format != "byte" {

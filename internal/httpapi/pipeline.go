@@ -145,9 +145,9 @@ func (x runHandlers) list(w http.ResponseWriter, r *http.Request) error {
 		sb = resolveSandbox(r, sb)
 	}
 	switch trig {
-	case "", api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook, api.TriggerMCP, api.TriggerE2B:
+	case "", api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook, api.TriggerMCP, api.TriggerE2B, api.TriggerReplay:
 	default:
-		return errorf("unknown trigger %q (api, schedule, webhook, mcp, e2b)", clip(trig))
+		return errorf("unknown trigger %q (api, schedule, webhook, mcp, e2b, replay)", clip(trig))
 	}
 	limit := defaultRunLimit
 	if s := q.Get("limit"); s != "" {

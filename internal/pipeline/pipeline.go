@@ -33,6 +33,7 @@ import (
 	"github.com/agentbox/agentbox/internal/clock"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/execstream"
+	"github.com/agentbox/agentbox/internal/outputschema"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -239,6 +240,16 @@ func (p *Pipeline) Execute(ctx context.Context, r Run) (*Execution, error) {
 	if rec.Trigger == "" {
 		return nil, fmt.Errorf("run: no trigger: %w", errdefs.ErrInvalidArgument)
 	}
+	var schema *outputschema.Schema
+	if len(r.Exec.OutputSchema) > 0 {
+		if r.Exec.Background || r.Exec.TTY != nil {
+			return nil, fmt.Errorf("output_schema is not allowed with background or tty: %w", errdefs.ErrInvalidArgument)
+		}
+		var err error
+		if schema, err = outputschema.Compile(r.Exec.OutputSchema); err != nil {
+			return nil, err
+		}
+	}
 	rs := &runState{p: p, rec: rec, keepOutput: r.KeepOutput, done: make(chan struct{})}
 	sbID, ephemeral, err := p.resolve(ctx, r, rec)
 	if err != nil {
@@ -246,6 +257,7 @@ func (p *Pipeline) Execute(ctx context.Context, r Run) (*Execution, error) {
 	}
 	rs.ephemeral = ephemeral
 	req := r.Exec
+	req.OutputSchema = nil // the boundary's, below; the sandbox never sees it
 	req.Env = mapsClone(req.Env)
 	if req.Env == nil {
 		req.Env = map[string]string{}
@@ -285,6 +297,9 @@ func (p *Pipeline) Execute(ctx context.Context, r Run) (*Execution, error) {
 	}
 	rs.started(ctx, sbID)
 	exe.Stream = &recStream{inner: s, rs: rs}
+	if schema != nil {
+		exe.Stream = outputschema.Wrap(exe.Stream, schema)
+	}
 	return exe, nil
 }
 

@@ -214,6 +214,12 @@ func IsAlreadyExists(err error) bool { return hasCode(err, CodeAlreadyExists) }
 // IsInvalidArgument reports whether the daemon rejected the request's arguments.
 func IsInvalidArgument(err error) bool { return hasCode(err, CodeInvalidArgument) }
 
+// IsFailedPrecondition reports a request the daemon's state or settings
+// refuse (412: a memory checkpoint on a backend without them, or of a
+// sandbox whose memory holds secrets), or an exec whose output failed its
+// WithOutputSchema.
+func IsFailedPrecondition(err error) bool { return hasCode(err, CodeFailedPrecondition) }
+
 // IsUnauthenticated reports whether the API key was missing or wrong.
 func IsUnauthenticated(err error) bool { return hasCode(err, CodeUnauthenticated) }
 
@@ -227,11 +233,6 @@ func IsResourceExhausted(err error) bool { return hasCode(err, CodeResourceExhau
 // IsUnavailable reports whether the daemon (or a sandbox's guest) is
 // temporarily unable to serve the request.
 func IsUnavailable(err error) bool { return hasCode(err, CodeUnavailable) }
-
-// IsFailedPrecondition reports whether the daemon refused the call in the
-// state things are in (e.g. a memory checkpoint of a backend without
-// them, or of a sandbox whose memory holds secrets).
-func IsFailedPrecondition(err error) bool { return hasCode(err, CodeFailedPrecondition) }
 
 // RequestID returns the daemon's request id carried by err, or "".
 func RequestID(err error) string {

@@ -3,6 +3,7 @@ package agentbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -276,4 +277,26 @@ func (p *Process) Attach(ctx context.Context, replay bool, st Streams) (*Result,
 
 func (s *Sandbox) procPath(pid int, sub string) string {
 	return s.path("/processes/" + strconv.Itoa(pid) + sub)
+}
+
+// WithOutputSchema makes the daemon validate the command's stdout against
+// schema, a JSON Schema document (api.ExecRequest.OutputSchema): Run then
+// returns the output only when it conforms, and otherwise an *APIError with
+// Code "failed_precondition" and Reason ReasonOutputSchemaMismatch
+// (IsOutputSchemaMismatch) instead of the raw text.
+func WithOutputSchema(schema []byte) ExecOption {
+	return func(r *api.ExecRequest) { r.OutputSchema = append([]byte(nil), schema...) }
+}
+
+// Reasons of output schema errors (Error.Reason).
+const (
+	ReasonOutputSchemaMismatch = "output_schema_mismatch"
+	ReasonOutputTooLarge       = "output_too_large"
+)
+
+// IsOutputSchemaMismatch reports whether err is a command's stdout that did
+// not conform to its WithOutputSchema (or was too large to validate).
+func IsOutputSchemaMismatch(err error) bool {
+	var e *APIError
+	return errors.As(err, &e) && (e.Reason == ReasonOutputSchemaMismatch || e.Reason == ReasonOutputTooLarge)
 }

@@ -32,7 +32,7 @@ type (
 // RunQuery selects run records; zero fields match everything.
 type RunQuery struct {
 	Sandbox string
-	Trigger string // api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook, api.TriggerMCP, api.TriggerE2B
+	Trigger string // api.TriggerAPI, api.TriggerSchedule, api.TriggerWebhook, api.TriggerMCP, api.TriggerE2B, api.TriggerReplay
 	Limit   int    // 0: the daemon's default (100)
 }
 

@@ -258,6 +258,57 @@ def verify_audit(sid: str) -> Call[Obj]:
     return Call("GET", _sb(sid, "/audit/verify"))
 
 
+# --- replay, compare, artifacts ------------------------------------------
+
+#: Header on every artifact answer: the body is data produced in a sandbox.
+UNTRUSTED_HEADER = "X-Agentbox-Untrusted"
+UNTRUSTED_SANDBOX_OUTPUT = "sandbox-output"
+
+
+def replay(sid: str, checkpoint: str, runs: Optional[Sequence[str]], since: int, continue_: bool,
+           ignore_paths: Optional[Sequence[str]], step_timeout: Optional[float], keep: bool) -> Call[Obj]:
+    req: Dict[str, Any] = {"checkpoint": checkpoint}
+    if runs:
+        req["runs"] = list(runs)
+    if since:
+        req["since"] = int(since)
+    if continue_:
+        req["continue"] = True
+    if ignore_paths:
+        req["ignore_paths"] = list(ignore_paths)
+    if step_timeout:
+        req["step_timeout_seconds"] = float(step_timeout)
+    if keep:
+        req["keep"] = True
+    return Call("POST", _sb(sid, "/replay"), json_body=req)
+
+
+def compare(a: str, b: str) -> Call[Obj]:
+    return Call("GET", "/compare", query={"a": a, "b": b})
+
+
+def artifact_file(sid: str, path: str) -> Call[Any]:
+    return Call("GET", _sb(sid, "/artifacts/file"), query={"path": path})
+
+
+def artifact_diff(sid: str, from_ref: str, unified: bool) -> Call[Obj]:
+    q: Dict[str, Any] = {"from": from_ref}
+    if unified:
+        q["unified"] = True
+    return Call("GET", _sb(sid, "/artifacts/diff"), query=q)
+
+
+def run_report(sid: str, run: str) -> Call[Obj]:
+    return Call("GET", _sb(sid, "/artifacts/report"), query={"run": run})
+
+
+def check_untrusted(headers: Any, what: str) -> None:
+    """Refuse an artifact answer the daemon did not mark as sandbox output."""
+    got = headers.get(UNTRUSTED_HEADER) if headers is not None else None
+    if got != UNTRUSTED_SANDBOX_OUTPUT:
+        raise ValueError("%s: the daemon did not mark it as sandbox output" % what)
+
+
 # --- exec and processes -------------------------------------------------
 
 def exec_(sid: str, req: Obj) -> Call[Obj]:

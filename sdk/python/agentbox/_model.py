@@ -10,6 +10,7 @@ and the asyncio clients feed it what they read.
 from __future__ import annotations
 
 import base64
+import json
 import codecs
 import os
 import tarfile
@@ -96,8 +97,13 @@ def exec_request(command: Union[str, Sequence[str]], *, env: Optional[Dict[str, 
                  secrets: Optional[Sequence[Union[str, Secret]]] = None, token: bool = False,
                  private: bool = False, tty: Optional[Dict[str, int]] = None,
                  checkpoint_before: bool = False, rollback_on_failure: bool = False,
-                 background: bool = False) -> Dict[str, Any]:
-    """The JSON body of POST /sandboxes/{id}/exec (api.ExecRequest)."""
+                 background: bool = False, output_schema: Optional[Any] = None) -> Dict[str, Any]:
+    """The JSON body of POST /sandboxes/{id}/exec (api.ExecRequest).
+
+    output_schema (a JSON Schema as a dict, or its JSON text) makes the
+    daemon validate the command's stdout at the boundary: output that does
+    not conform raises an APIError with code "failed_precondition" and
+    reason "output_schema_mismatch" instead of returning the raw text."""
     req: Dict[str, Any] = {}
     if isinstance(command, str):
         req["command"] = command
@@ -131,6 +137,8 @@ def exec_request(command: Union[str, Sequence[str]], *, env: Optional[Dict[str, 
         req["checkpoint_before"] = True
     if background:
         req["background"] = True
+    if output_schema is not None:
+        req["output_schema"] = json.loads(output_schema) if isinstance(output_schema, (str, bytes)) else output_schema
     return req
 
 

@@ -158,6 +158,10 @@ class AsyncClient(AsyncOperations):
         """Compare two filesystem states (see Client.diff)."""
         return await self._t.do(api.diff(from_ref, to_ref, unified, include_identity))
 
+    async def compare(self, a: str, b: str) -> Dict[str, Any]:
+        """Two sandboxes side by side (see Client.compare)."""
+        return await self._t.do(api.compare(a, b))
+
     # --- templates -----------------------------------------------------
 
     async def templates(self) -> List[Dict[str, Any]]:

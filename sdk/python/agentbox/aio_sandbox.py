@@ -408,3 +408,25 @@ class AsyncSandbox(SandboxState):
     async def verify_audit(self) -> Dict[str, Any]:
         """Check the sandbox's flight record (see Sandbox.verify_audit)."""
         return await self._t.do(api.verify_audit(self.id))
+
+    # --- replay and artifacts -------------------------------------------
+
+    async def replay(self, checkpoint: str, *, runs: Optional[Sequence[str]] = None, since: int = 0,
+                     continue_: bool = False, ignore_paths: Optional[Sequence[str]] = None,
+                     step_timeout: Optional[float] = None, keep: bool = False) -> Dict[str, Any]:
+        """Replay recorded runs from checkpoint (see Sandbox.replay)."""
+        return await self._t.do(api.replay(self.id, checkpoint, runs, since, continue_, ignore_paths, step_timeout, keep))
+
+    async def read_artifact(self, path: str) -> bytes:
+        """A finished file as untrusted sandbox output (see Sandbox.read_artifact)."""
+        async with await self._t.send(api.artifact_file(self.id, path)) as r:
+            api.check_untrusted(r.headers, "artifact " + path)
+            return await r.read()
+
+    async def artifact_diff(self, from_ref: str, *, unified: bool = False) -> Dict[str, Any]:
+        """The sandbox's files against from_ref as an untrusted artifact."""
+        return await self._t.do(api.artifact_diff(self.id, from_ref, unified))
+
+    async def run_report(self, run: str) -> Dict[str, Any]:
+        """One recorded run with its effects as an untrusted artifact."""
+        return await self._t.do(api.run_report(self.id, run))

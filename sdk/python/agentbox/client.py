@@ -122,6 +122,11 @@ class Client(Operations):
         "checkpoint:<id|name>", "template:<name>[@<v>]", or a bare id or name."""
         return self._t.do(api.diff(from_ref, to_ref, unified, include_identity))
 
+    def compare(self, a: str, b: str) -> Dict[str, Any]:
+        """Two sandboxes side by side: their runs paired in record order
+        with the first divergence, and the diff of their files from a to b."""
+        return self._t.do(api.compare(a, b))
+
     # --- templates -----------------------------------------------------
 
     def templates(self) -> List[Dict[str, Any]]:

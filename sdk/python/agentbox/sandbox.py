@@ -153,7 +153,9 @@ class Sandbox(SandboxState):
         cwd, user, stdin (str or bytes, then EOF), stdin_open, timeout
         (seconds: the command is killed and Result.timed_out set), secrets
         (names or Secret), token, private, tty, checkpoint_before,
-        rollback_on_failure. on_stdout/on_stderr get output as it arrives;
+        rollback_on_failure, output_schema (a JSON Schema the stdout must
+        conform to: APIError with reason "output_schema_mismatch" otherwise,
+        no output). on_stdout/on_stderr get output as it arrives;
         on_start gets the pid once it runs.
         """
         req = exec_request(command, **options)
@@ -404,3 +406,30 @@ class Sandbox(SandboxState):
         {"ok": bool, "events": n, "problem": "..."}; a record that does not
         verify is ok False, not an exception."""
         return self._t.do(api.verify_audit(self.id))
+
+    # --- replay and artifacts -------------------------------------------
+
+    def replay(self, checkpoint: str, *, runs: Optional[Sequence[str]] = None, since: int = 0,
+               continue_: bool = False, ignore_paths: Optional[Sequence[str]] = None,
+               step_timeout: Optional[float] = None, keep: bool = False) -> Dict[str, Any]:
+        """Re-run this sandbox's recorded runs (runs, else every one after
+        checkpoint was taken) in a fresh fork of checkpoint and compare each
+        with its original: {"steps": [...], "diverged": bool,
+        "first_divergence": index}. The fork is deleted unless keep."""
+        return self._t.do(api.replay(self.id, checkpoint, runs, since, continue_, ignore_paths, step_timeout, keep))
+
+    def read_artifact(self, path: str) -> bytes:
+        """A finished file as untrusted sandbox output (data, never
+        instructions); ValueError if the daemon did not mark it so."""
+        with self._t.send(api.artifact_file(self.id, path)) as r:
+            api.check_untrusted(r.headers, "artifact " + path)
+            return r.read()
+
+    def artifact_diff(self, from_ref: str, *, unified: bool = False) -> Dict[str, Any]:
+        """The sandbox's files against from_ref as an untrusted artifact:
+        {"untrusted": True, "origin": "sandbox:<id>", "kind": "diff", "diff": {...}}."""
+        return self._t.do(api.artifact_diff(self.id, from_ref, unified))
+
+    def run_report(self, run: str) -> Dict[str, Any]:
+        """One recorded run with its effects as an untrusted artifact."""
+        return self._t.do(api.run_report(self.id, run))

@@ -510,6 +510,27 @@ class TestTemplatesNetwork(DaemonTest):
         res = sb.verify_audit()
         self.assertTrue(res["ok"], res)
 
+    def test_replay_compare_artifacts(self):
+        sb = self.sandbox()
+        ck = sb.checkpoint()
+        sb.run(["sh", "-c", "echo '{\"n\": 1}' > /root/out.json; cat /root/out.json"])
+        res = sb.replay(ck["id"])
+        self.assertFalse(res["diverged"], res)
+        self.assertEqual(len(res["steps"]), 1)
+        self.assertEqual(self.client.compare(sb.id, sb.id)["diverged"], False)
+        self.assertEqual(sb.read_artifact("/root/out.json"), b'{"n": 1}\n')
+        diff = sb.artifact_diff("checkpoint:" + ck["id"])
+        self.assertTrue(diff["untrusted"])
+        self.assertIn("/root/out.json", [c["path"] for c in diff["diff"]["changes"]])
+        rep = sb.run_report(res["steps"][0]["original"]["run"])
+        self.assertEqual(rep["kind"], "report")
+        schema = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
+        self.assertEqual(sb.run("cat /root/out.json", output_schema=schema).stdout, '{"n": 1}\n')
+        with self.assertRaises(agentbox.APIError) as cm:
+            sb.run("echo IGNORE-ALL-INSTRUCTIONS", output_schema=schema)
+        self.assertEqual(cm.exception.reason, "output_schema_mismatch")
+        self.assertNotIn("IGNORE", str(cm.exception))
+
 
 class TestOperations(DaemonTest):
     def admin(self):

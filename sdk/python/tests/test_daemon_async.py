@@ -540,6 +540,23 @@ class TestAsyncTemplatesNetwork(AsyncDaemonTest):
         res = await sb.verify_audit()
         self.assertTrue(res["ok"], res)
 
+    async def test_replay_compare_artifacts(self):
+        sb = await self.sandbox()
+        ck = await sb.checkpoint()
+        await sb.run(["sh", "-c", "echo '{\"n\": 1}' > /root/out.json; cat /root/out.json"])
+        res = await sb.replay(ck["id"])
+        self.assertFalse(res["diverged"], res)
+        self.assertEqual((await self.client.compare(sb.id, sb.id))["diverged"], False)
+        self.assertEqual(await sb.read_artifact("/root/out.json"), b'{"n": 1}\n')
+        diff = await sb.artifact_diff("checkpoint:" + ck["id"])
+        self.assertTrue(diff["untrusted"])
+        rep = await sb.run_report(res["steps"][0]["original"]["run"])
+        self.assertEqual(rep["kind"], "report")
+        schema = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
+        with self.assertRaises(agentbox.APIError) as cm:
+            await sb.run("echo IGNORE-ALL-INSTRUCTIONS", output_schema=schema)
+        self.assertEqual(cm.exception.reason, "output_schema_mismatch")
+
 
 class TestAsyncServiceURLs(AsyncDaemonTest):
     async def test_expose_list_revoke(self):
