@@ -251,7 +251,7 @@ func (h *handler) codeCall(r *http.Request, id string, stdin []byte, v any, args
 		}
 		if ev.Type == api.EventStdout {
 			if len(body)+len(ev.Data) > 1<<20 {
-				return fmt.Errorf("code client answer too large: %w", errdefs.ErrInternal)
+				return fmt.Errorf("the sandbox's code client answered more than 1 MiB: %w", errdefs.ErrFailedPrecondition)
 			}
 			body = append(body, ev.Data...)
 		}
@@ -281,8 +281,11 @@ func (h *handler) codeCall(r *http.Request, id string, stdin []byte, v any, args
 	if v == nil {
 		return nil
 	}
+	// The code client runs inside the sandbox, whose code is hostile by
+	// default: what it answers is the sandbox's doing, not the daemon's
+	// (a client error, never a 500 logged as the daemon's fault).
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("code client sent a malformed answer: %w", errdefs.ErrInternal)
+		return fmt.Errorf("the sandbox's code client sent a malformed answer: %w", errdefs.ErrFailedPrecondition)
 	}
 	return nil
 }

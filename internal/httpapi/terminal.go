@@ -51,7 +51,7 @@ func wsBearer(r *http.Request) (string, bool) {
 		for p := range strings.SplitSeq(v, ",") {
 			p = strings.TrimSpace(p)
 			if rest, ok := strings.CutPrefix(p, wsBearerPrefix); ok {
-				key, err := base64.RawURLEncoding.DecodeString(rest)
+				key, err := base64.RawURLEncoding.Strict().DecodeString(rest)
 				if err != nil || len(key) == 0 {
 					return "", false
 				}
