@@ -3,6 +3,7 @@ package e2b
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
 	"strings"
@@ -54,14 +55,15 @@ func (t tokens) check(tok, sandbox string) (string, error) {
 // checkFor returns the owner named by tok when tok is sandbox's token
 // for purpose.
 func (t tokens) checkFor(purpose, tok, sandbox string) (string, error) {
-	enc := base64.RawURLEncoding
-	o, m, ok := strings.Cut(tok, ".")
+	o, _, ok := strings.Cut(tok, ".")
 	if !ok {
 		return "", fmt.Errorf("malformed access token: %w", errdefs.ErrUnauthenticated)
 	}
-	owner, err1 := enc.DecodeString(o)
-	sum, err2 := enc.DecodeString(m)
-	if err1 != nil || err2 != nil || !hmac.Equal(sum, t.mac(purpose, string(owner), sandbox)) {
+	owner, err := base64.RawURLEncoding.Strict().DecodeString(o)
+	// Only the one spelling minted is accepted (base64 decoding alone
+	// would let other spellings of the same bytes through: newlines,
+	// non-zero trailing bits).
+	if err != nil || subtle.ConstantTimeCompare([]byte(tok), []byte(t.mintFor(purpose, string(owner), sandbox))) != 1 {
 		return "", fmt.Errorf("invalid access token for sandbox %s: %w", sandbox, errdefs.ErrUnauthenticated)
 	}
 	return string(owner), nil
