@@ -51,8 +51,10 @@ func wsBearer(r *http.Request) (string, bool) {
 		for p := range strings.SplitSeq(v, ",") {
 			p = strings.TrimSpace(p)
 			if rest, ok := strings.CutPrefix(p, wsBearerPrefix); ok {
+				// Only the canonical spelling: decoding alone skips
+				// newlines and, unless strict, trailing bits.
 				key, err := base64.RawURLEncoding.Strict().DecodeString(rest)
-				if err != nil || len(key) == 0 {
+				if err != nil || len(key) == 0 || base64.RawURLEncoding.EncodeToString(key) != rest {
 					return "", false
 				}
 				return string(key), true

@@ -165,7 +165,10 @@ func readLimits(t *testing.T, sb runtime.Sandbox) runtime.Resources {
 // sandbox's processes (RLIMIT_NPROC), from inside.
 func sentryPidsLimit(t *testing.T, s *sandbox) int64 {
 	t.Helper()
-	out, code := runtimetest.MustExec(t, s.spec.SocketPath, "grep 'Max processes' /proc/self/limits")
+	out, code, err := runtimetest.Exec(s.spec.SocketPath, "grep 'Max processes' /proc/self/limits", 10*time.Second)
+	if err != nil {
+		t.Fatalf("exec in the sandbox: %v%s", err, logTail(s.spec))
+	}
 	f := strings.Fields(out)
 	if code != 0 || len(f) < 4 {
 		t.Fatalf("/proc/self/limits: %q, %d", out, code)
