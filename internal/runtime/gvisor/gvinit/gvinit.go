@@ -61,13 +61,15 @@ func Main(serve func(ln net.Listener) error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		fail(fmt.Errorf("prctl PR_SET_DUMPABLE: %w", err))
 	}
-	ln, err := listen(SocketPath)
-	if err != nil {
-		fail(fmt.Errorf("listening on %s: %w", SocketPath, err))
-	}
+	// The control socket first: the host takes both over once the guest
+	// socket answers, so both must be there by then.
 	ctl, err := listen(SocketDir + "/" + CtlName)
 	if err != nil {
 		fail(fmt.Errorf("listening on %s: %w", CtlName, err))
+	}
+	ln, err := listen(SocketPath)
+	if err != nil {
+		fail(fmt.Errorf("listening on %s: %w", SocketPath, err))
 	}
 	r := newRelistener(ln)
 	go control(r, ctl)
