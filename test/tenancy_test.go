@@ -338,6 +338,14 @@ func fillRoute(method, path string, o tenantObjects, own string) (string, []byte
 		body = []byte(`{"quotas":{"max_sandboxes":1}}`)
 	case "POST /v1/sandboxes/{id}/exposures":
 		body = []byte(`{"port":8080}`)
+	case "GET /v1/sandboxes/{id}/artifacts/file":
+		target += "?path=/root/data.txt"
+	case "GET /v1/sandboxes/{id}/artifacts/diff":
+		target += "?from=checkpoint:" + o.checkpoint
+	case "GET /v1/sandboxes/{id}/artifacts/report":
+		target += "?run=" + o.run
+	case "POST /v1/sandboxes/{id}/replay":
+		body = []byte(`{"checkpoint":"` + o.checkpoint + `"}`)
 	case "POST /v1/sandboxes/{id}/code":
 		body = []byte(`{"code":"1"}`)
 	case "POST /v1/sandboxes/{id}/code/contexts":

@@ -97,6 +97,11 @@ func (h *handler) terminal(w http.ResponseWriter, r *http.Request) error {
 			*dst = uint16(v)
 		}
 	}
+	// Another tenant's sandbox is not found, whatever else is wrong with
+	// the request: the same answer as an unknown id.
+	if _, err := h.svc.GetSandbox(r.Context(), id); err != nil {
+		return err
+	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		return errorf("GET %s needs a WebSocket upgrade", r.URL.Path)
 	}
