@@ -48,7 +48,11 @@ func TestYieldStateNext(t *testing.T) {
 }
 
 func TestTaskRunnable(t *testing.T) {
-	// The calling thread is running while it reads its own state.
+	// The calling thread is running while it reads its own state; locked,
+	// so the goroutine cannot move to another (sleeping) thread between
+	// Gettid and the read.
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
 	if !taskRunnable(unix.Gettid()) {
 		t.Error("the running thread is not runnable")
 	}
