@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
@@ -108,8 +109,12 @@ func TestDestroyKillsEscapees(t *testing.T) {
 	userns, _ := runtimetest.MustExec(t, spec.SocketPath, "readlink /proc/self/ns/user")
 	userns = strings.TrimSpace(userns)
 	runtimetest.MustExec(t, spec.SocketPath, "setsid sh -c 'sleep 1000 &' >/dev/null 2>&1 </dev/null; setsid sh -c 'sleep 1001 &' >/dev/null 2>&1 </dev/null")
-	if n := len(processesInUserNS(t, userns)); n < 3 {
-		t.Fatalf("expected guest and two sleeps in user ns %s, found %d", userns, n)
+	// The setsid'd shells exit as soon as they have forked their sleeps,
+	// which may not have started yet.
+	for deadline := time.Now().Add(10 * time.Second); len(processesInUserNS(t, userns)) < 3; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("expected guest and two sleeps in user ns %s, found %d", userns, len(processesInUserNS(t, userns)))
+		}
 	}
 	if err := sb.Destroy(context.Background()); err != nil {
 		t.Fatal(err)

@@ -235,8 +235,17 @@ func testEscapees(t *testing.T, f Fixture) {
 	spec := NewSpec(t, NewID("esc"), f.Layer, f.RunnerDir)
 	sb := Create(t, b, spec)
 	MustExec(t, spec.SocketPath, "setsid sh -c 'sleep 1000 &' >/dev/null 2>&1 </dev/null; setsid sh -c 'sleep 1001 &' >/dev/null 2>&1 </dev/null")
-	if out, _ := MustExec(t, spec.SocketPath, "pidof sleep | wc -w"); strings.TrimSpace(out) != "2" {
-		t.Fatalf("sleeps running: %q", out)
+	// Each setsid'd shell backgrounds its sleep and exits at once: the
+	// child may not have exec'd sleep yet when the command returns.
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out, _ = MustExec(t, spec.SocketPath, "pidof sleep | wc -w")
+		if strings.TrimSpace(out) == "2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleeps running: %q", out)
+		}
 	}
 	if err := sb.Destroy(context.Background()); err != nil {
 		t.Fatal(err)
