@@ -90,18 +90,27 @@ func measureGvisor(ctx context.Context, b *bench, tmp, bin, template string, bui
 	if err != nil {
 		create.Skip += d.logTail()
 	}
-	execRow := func() result {
+	execRows := func() []result {
 		id, err := d.createOn(ctx, template, gvisor.Name)
 		if err != nil {
-			return skipped(keyGvExec, groupGvisor, execName, err.Error())
+			return []result{skipped(keyGvExec, groupGvisor, execName, err.Error())}
 		}
 		defer func() { _ = d.remove(ctx, id) }()
 		samples, err := timeN(ctx, b.n, b.warmup, func(int) error {
 			return d.exec(ctx, id, "/bin/true")
 		}, nil)
-		return measured(keyGvExec, groupGvisor, execName, "one running sandbox; the guest's socket through the sentry (--host-uds), not runsc exec; target ≤ 3 ms", samples, err)
+		rows := []result{measured(keyGvExec, groupGvisor, execName, "one running sandbox; the guest's socket through the sentry (--host-uds), not runsc exec; target ≤ 3 ms", samples, err)}
+		// Its parts, and the native peers of two of them (same daemon).
+		nativeID, err := d.createOn(ctx, template, "")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: native sandbox for the spawn peers:", err)
+			nativeID = ""
+		} else {
+			defer func() { _ = d.remove(ctx, nativeID) }()
+		}
+		return append(rows, measureGvisorExecParts(ctx, b, d, id, nativeID)...)
 	}()
-	return append(out, create, execRow)
+	return append(append(out, create), execRows...)
 }
 
 // measureRunscRun times `runsc run` of /bin/true in the peers' bundle,

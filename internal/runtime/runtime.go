@@ -317,6 +317,17 @@ type StatsReader interface {
 	Stats(ctx context.Context) (Stats, error)
 }
 
+// OOMCounter is implemented by sandboxes that can read their OOM kill
+// count (Stats.OOMKills, the same value) much more cheaply than the whole
+// of Stats. The core samples it around every exec (to tell an OOM kill
+// from another SIGKILL), so it must cost no more than a few file reads:
+// gvisor's Stats asks the sentry for its task count through a runsc
+// subprocess (tens of milliseconds), which an exec must not pay. Safe for
+// concurrent use; after Destroy it fails like Stats.
+type OOMCounter interface {
+	OOMKills(ctx context.Context) (int64, error)
+}
+
 // MemoryCheckpointer is implemented by sandboxes whose processes' memory
 // and state can be saved (gvisor: runsc checkpoint). Callers type-assert;
 // a backend without it has no memory checkpoints (the caller's error is

@@ -209,12 +209,17 @@ func (m *Manager) checkOOM(b *box) (int64, bool) {
 	return n, ok
 }
 
-// oomKills reads sandbox b's OOM kill count from its backend; false when
-// the backend does not report it (or the sandbox has no guest).
+// oomKills reads sandbox b's OOM kill count from its backend (through
+// runtime.OOMCounter when the sandbox has it: Stats may be much slower);
+// false when the backend does not report it (or the sandbox has no guest).
 func (m *Manager) oomKills(b *box) (int64, bool) {
 	b.mu.Lock()
 	rt := b.rt
 	b.mu.Unlock()
+	if oc, ok := rt.(runtime.OOMCounter); ok {
+		n, err := oc.OOMKills(context.Background())
+		return n, err == nil
+	}
 	sr, ok := rt.(runtime.StatsReader)
 	if !ok {
 		return 0, false

@@ -105,7 +105,7 @@ func readStats(mode, rel string) (runtime.Stats, error) {
 		if st.Pids, err = intFile(filepath.Join(dir, "pids.current")); err != nil {
 			return st, err
 		}
-		st.OOMKills, _ = keyedValue(filepath.Join(dir, "memory.events"), "oom_kill")
+		st.OOMKills, _ = readOOMKills(mode, rel)
 		return st, nil
 	}
 	ns, err := intFile(filepath.Join(cgroupRoot, "cpuacct", rel, "cpuacct.usage"))
@@ -119,8 +119,23 @@ func readStats(mode, rel string) (runtime.Stats, error) {
 	if st.Pids, err = intFile(filepath.Join(cgroupRoot, "pids", rel, "pids.current")); err != nil {
 		return st, err
 	}
-	st.OOMKills, _ = keyedValue(filepath.Join(cgroupRoot, "memory", rel, "memory.oom_control"), "oom_kill")
+	st.OOMKills, _ = readOOMKills(mode, rel)
 	return st, nil
+}
+
+// readOOMKills reads the oom_kill count of cgroup rel: memory.events (v2)
+// or memory.oom_control (v1 and hybrid). A cgroup that is gone is
+// os.ErrNotExist; a counter the kernel does not report reads as 0.
+func readOOMKills(mode, rel string) (int64, error) {
+	p := filepath.Join(cgroupRoot, "memory", rel, "memory.oom_control")
+	if mode == "v2" {
+		p = filepath.Join(cgroupRoot, rel, "memory.events")
+	}
+	n, err := keyedValue(p, "oom_kill")
+	if errors.Is(err, errNoKey) {
+		return 0, nil
+	}
+	return n, err
 }
 
 // intFile reads a file holding one integer.
@@ -143,5 +158,8 @@ func keyedValue(p, key string) (int64, error) {
 			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return 0, fmt.Errorf("%s: no %s", p, key)
+	return 0, fmt.Errorf("%s: %w %s", p, errNoKey, key)
 }
+
+// errNoKey is keyedValue's error for a file without the key.
+var errNoKey = errors.New("no key")

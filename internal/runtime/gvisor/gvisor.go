@@ -98,6 +98,7 @@ var (
 	_ runtime.Sandbox     = (*sandbox)(nil)
 	_ runtime.Pauser      = (*sandbox)(nil)
 	_ runtime.StatsReader = (*sandbox)(nil)
+	_ runtime.OOMCounter  = (*sandbox)(nil)
 	_ runtime.Describer   = (*Backend)(nil)
 	_ runtime.Closer      = (*Backend)(nil)
 )

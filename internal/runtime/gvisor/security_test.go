@@ -150,6 +150,10 @@ func TestMemoryHog(t *testing.T) {
 	if serr == nil && st.OOMKills < 1 {
 		t.Errorf("stats after the hog: %+v; want an OOM kill", st)
 	}
+	// The cheap counter the core samples around every exec says the same.
+	if n, err := sb.(runtime.OOMCounter).OOMKills(context.Background()); serr == nil && (err != nil || n != st.OOMKills) {
+		t.Errorf("OOMKills after the hog = %d, %v; Stats says %d", n, err, st.OOMKills)
+	}
 	if err := sb.Destroy(context.Background()); err != nil {
 		t.Fatalf("Destroy after the memory hog: %v", err)
 	}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/guest/client"
+)
+
+// The parts of the gVisor exec round trip, measured beside it in the same
+// run so that docs/BENCHMARKS-gvisor.md can say what bounds it:
+//
+//   - the guest's version call straight on the sandbox's socket: connect
+//     through the sentry (--host-uds), one request, one reply, no process:
+//     the transport's own round trip;
+//   - exec /bin/true straight on the sandbox's socket: the round trip
+//     without the daemon and its HTTP edge;
+//   - one fork+exec+wait of /bin/true inside the sandbox, timed from inside
+//     by a busybox sh loop of spawnLoop iterations (the exec's total over
+//     spawnLoop): what the sentry charges for a process, whoever starts it;
+//   - the same loop on a native sandbox, for the ratio.
+//
+// Each is measured on a gVisor sandbox and, for the ratios, on a native one
+// of the same daemon.
+
+const (
+	keyGvVersion     = "agentbox-gvisor-guest-version"
+	keyGvGuestExec   = "agentbox-gvisor-guest-exec"
+	keyGvSpawn       = "gvisor-sentry-spawn"
+	keyNativeVersion = "agentbox-native-guest-version"
+	keyNativeSpawn   = "native-spawn"
+
+	// spawnLoop is how many /bin/true one spawn sample runs.
+	spawnLoop = 100
+)
+
+func init() {
+	ratios = append(ratios,
+		ratio{Label: "agentbox gvisor exec round trip vs sentry spawn of /bin/true", Num: keyGvExec, Den: keyGvSpawn},
+		ratio{Label: "gvisor sentry spawn vs native spawn of /bin/true", Num: keyGvSpawn, Den: keyNativeSpawn},
+		ratio{Label: "gvisor guest transport round trip vs native", Num: keyGvVersion, Den: keyNativeVersion},
+	)
+}
+
+// measureGvisorExecParts measures the parts above on sandbox gvID (gVisor)
+// and nativeID (native, "" to leave those rows out) of daemon d.
+func measureGvisorExecParts(ctx context.Context, b *bench, d *daemon, gvID, nativeID string) []result {
+	sock := func(id string) string { return filepath.Join(d.dir, "sb", id+".sock") }
+	gv := client.New(sock(gvID))
+	out := []result{
+		measureGuestVersion(ctx, b, gv, keyGvVersion, "gvisor guest: version call on the sandbox's socket (connect, request, reply; no process)"),
+		measureGuestExec(ctx, b, gv),
+		measureSpawn(ctx, b, gv, keyGvSpawn, "gvisor sentry: one fork+exec+wait of /bin/true inside the sandbox"),
+	}
+	if nativeID == "" {
+		return out
+	}
+	nat := client.New(sock(nativeID))
+	return append(out,
+		measureGuestVersion(ctx, b, nat, keyNativeVersion, "native guest: version call on the sandbox's socket (connect, request, reply; no process)"),
+		measureSpawn(ctx, b, nat, keyNativeSpawn, "native: one fork+exec+wait of /bin/true inside the sandbox"),
+	)
+}
+
+func measureGuestVersion(ctx context.Context, b *bench, c *client.Client, key, name string) result {
+	samples, err := timeN(ctx, b.n, b.warmup, func(int) error {
+		_, err := c.Version(ctx)
+		return err
+	}, nil)
+	return measured(key, groupGvisor, name, "a fresh connection per call, as the daemon makes one per operation; no daemon, no HTTP", samples, err)
+}
+
+func measureGuestExec(ctx context.Context, b *bench, c *client.Client) result {
+	samples, err := timeN(ctx, b.n, b.warmup, func(int) error {
+		_, err := guestExec(ctx, c, "/bin/true")
+		return err
+	}, nil)
+	return measured(keyGvGuestExec, groupGvisor, "gvisor guest: exec /bin/true on the sandbox's socket to its exit frame",
+		"the gvisor exec round trip without the daemon and its HTTP edge", samples, err)
+}
+
+// measureSpawn times a busybox sh loop of spawnLoop /bin/true inside the
+// sandbox; a sample is the loop's own time (measured inside with the
+// shell's clock would need date +%N: instead the exec's round trip is
+// subtracted as the median of a loop of zero iterations) over spawnLoop.
+func measureSpawn(ctx context.Context, b *bench, c *client.Client, key, name string) result {
+	loop := func(n int) string {
+		return "i=0; while [ $i -lt " + strconv.Itoa(n) + " ]; do /bin/true; i=$((i+1)); done"
+	}
+	empty, err := timeN(ctx, b.n, b.warmup, func(int) error {
+		_, err := guestExec(ctx, c, "/bin/sh", "-c", loop(0))
+		return err
+	}, nil)
+	if err != nil {
+		return measured(key, groupGvisor, name, "", nil, err)
+	}
+	base := summarize(empty).Median
+	samples, err := timeN(ctx, b.n, b.warmup, func(int) error {
+		_, err := guestExec(ctx, c, "/bin/sh", "-c", loop(spawnLoop))
+		return err
+	}, nil)
+	for i, s := range samples {
+		samples[i] = max(s-base, 0) / spawnLoop
+	}
+	note := fmt.Sprintf("busybox sh loop of %d, (exec of the loop − exec of an empty loop, median %s) / %d; the shell forks (no vfork)", spawnLoop, ms(base), spawnLoop)
+	return measured(key, groupGvisor, name, note, samples, err)
+}
+
+// guestExec runs argv through the guest client and waits for its exit; a
+// non-zero exit is an error.
+func guestExec(ctx context.Context, c *client.Client, argv ...string) (time.Duration, error) {
+	start := time.Now()
+	s, err := c.Exec(ctx, api.ExecRequest{Cmd: argv})
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			return 0, err
+		}
+		if ev.Type == api.EventExit {
+			if ev.ExitCode == nil || *ev.ExitCode != 0 {
+				return 0, fmt.Errorf("exec %v: exit %+v", argv, ev)
+			}
+			return time.Since(start), nil
+		}
+	}
+}
