@@ -317,15 +317,16 @@ type StatsReader interface {
 	Stats(ctx context.Context) (Stats, error)
 }
 
-// OOMCounter is implemented by sandboxes that can read their OOM kill
-// count (Stats.OOMKills, the same value) much more cheaply than the whole
-// of Stats. The core samples it around every exec (to tell an OOM kill
-// from another SIGKILL), so it must cost no more than a few file reads:
-// gvisor's Stats asks the sentry for its task count through a runsc
-// subprocess (tens of milliseconds), which an exec must not pay. Safe for
-// concurrent use; after Destroy it fails like Stats.
-type OOMCounter interface {
-	OOMKills(ctx context.Context) (int64, error)
+// CounterReader is implemented by sandboxes whose Stats asks for more
+// than the host's cgroup counters: gvisor's asks the sentry for its task
+// count (Pids) through a runsc subprocess, tens of milliseconds. Counters
+// returns Stats without that (Pids is 0, "not counted"), at the cost of a
+// few file reads. The core samples counters around every exec (OOM kills
+// to tell an OOM kill from another SIGKILL, CPU time for the run record),
+// and uses Counters for that when a sandbox has it. Safe for concurrent
+// use; after Destroy it fails like Stats.
+type CounterReader interface {
+	Counters(ctx context.Context) (Stats, error)
 }
 
 // MemoryCheckpointer is implemented by sandboxes whose processes' memory

@@ -10,7 +10,6 @@ import (
 	"github.com/agentbox/agentbox/internal/diskquota"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/execstream"
-	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenant"
 )
@@ -150,12 +149,7 @@ func (m *Manager) reportLimits(ctx context.Context, b *box, sb *api.Sandbox) {
 	b.mu.Lock()
 	rt := b.rt
 	b.mu.Unlock()
-	sr, ok := rt.(runtime.StatsReader)
-	if !ok {
-		sb.OOMKills = m.lastOOM(sb.ID)
-		return
-	}
-	st, err := sr.Stats(ctx)
+	st, err := counters(ctx, rt)
 	if err != nil {
 		sb.OOMKills = m.lastOOM(sb.ID)
 		return
@@ -209,22 +203,13 @@ func (m *Manager) checkOOM(b *box) (int64, bool) {
 	return n, ok
 }
 
-// oomKills reads sandbox b's OOM kill count from its backend (through
-// runtime.OOMCounter when the sandbox has it: Stats may be much slower);
-// false when the backend does not report it (or the sandbox has no guest).
+// oomKills reads sandbox b's OOM kill count from its backend; false when
+// the backend does not report it (or the sandbox has no guest).
 func (m *Manager) oomKills(b *box) (int64, bool) {
 	b.mu.Lock()
 	rt := b.rt
 	b.mu.Unlock()
-	if oc, ok := rt.(runtime.OOMCounter); ok {
-		n, err := oc.OOMKills(context.Background())
-		return n, err == nil
-	}
-	sr, ok := rt.(runtime.StatsReader)
-	if !ok {
-		return 0, false
-	}
-	st, err := sr.Stats(context.Background())
+	st, err := counters(context.Background(), rt)
 	if err != nil {
 		return 0, false
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 )
 
-// statsSandbox reports OOM kills through Stats only, and counts its calls.
+// statsSandbox reports its counters through Stats only, and counts calls.
 type statsSandbox struct {
 	runtime.Sandbox
 	kills, calls int64
@@ -15,31 +15,37 @@ type statsSandbox struct {
 
 func (s *statsSandbox) Stats(context.Context) (runtime.Stats, error) {
 	s.calls++
-	return runtime.Stats{OOMKills: s.kills, Pids: 1}, nil
+	return runtime.Stats{OOMKills: s.kills, Pids: 7}, nil
 }
 
-// counterSandbox also has the cheap counter.
+// counterSandbox also has the cheap counters (as gvisor's, whose Stats
+// runs a runsc subprocess).
 type counterSandbox struct {
 	statsSandbox
 	counted int64
 }
 
-func (s *counterSandbox) OOMKills(context.Context) (int64, error) {
+func (s *counterSandbox) Counters(context.Context) (runtime.Stats, error) {
 	s.counted++
-	return s.kills, nil
+	return runtime.Stats{OOMKills: s.kills}, nil
 }
 
-// TestOOMKillsPrefersCounter: the OOM count sampled around every exec
-// comes from runtime.OOMCounter when the sandbox has one, never from its
-// Stats (gvisor's costs a runsc subprocess), and from Stats otherwise.
-func TestOOMKillsPrefersCounter(t *testing.T) {
+// TestCountersPreferCounterReader: what the core samples around every
+// exec (the OOM count; the run record's CPU time through Handle.Stats)
+// comes from runtime.CounterReader when the sandbox has one, never from
+// its Stats, and from Stats otherwise.
+func TestCountersPreferCounterReader(t *testing.T) {
 	var m Manager
 	c := &counterSandbox{statsSandbox: statsSandbox{kills: 3}}
 	if n, ok := m.oomKills(&box{rt: c}); !ok || n != 3 {
-		t.Errorf("oomKills with a counter = %d, %v; want 3, true", n, ok)
+		t.Errorf("oomKills with counters = %d, %v; want 3, true", n, ok)
 	}
-	if c.calls != 0 || c.counted != 1 {
-		t.Errorf("Stats called %d times, OOMKills %d; want 0 and 1", c.calls, c.counted)
+	h := &Handle{b: &box{rt: c}}
+	if st, err := h.Stats(context.Background()); err != nil || st.OOMKills != 3 {
+		t.Errorf("Handle.Stats with counters = %+v, %v", st, err)
+	}
+	if c.calls != 0 || c.counted != 2 {
+		t.Errorf("Stats called %d times, Counters %d; want 0 and 2", c.calls, c.counted)
 	}
 	s := &statsSandbox{kills: 2}
 	if n, ok := m.oomKills(&box{rt: s}); !ok || n != 2 || s.calls != 1 {

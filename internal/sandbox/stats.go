@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -12,10 +13,11 @@ import (
 )
 
 // Stats returns the resource counters of the sandbox's cgroup (CPU time
-// since its guest started, current memory). It does not count as
-// activity and never wakes the sandbox: one with no live guest (asleep,
-// stopped) and a backend without counters are both ErrFailedPrecondition:
-// "no sample now"; a deleted sandbox is ErrNotFound.
+// since its guest started, current memory, OOM kills; Pids may be 0: see
+// counters). It does not count as activity and never wakes the sandbox:
+// one with no live guest (asleep, stopped) and a backend without counters
+// are both ErrFailedPrecondition: "no sample now"; a deleted sandbox is
+// ErrNotFound.
 func (h *Handle) Stats(ctx context.Context) (runtime.Stats, error) {
 	b, id := h.b, h.ID()
 	b.mu.Lock()
@@ -24,15 +26,32 @@ func (h *Handle) Stats(ctx context.Context) (runtime.Stats, error) {
 	if deleted {
 		return runtime.Stats{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	sr, ok := rt.(runtime.StatsReader)
-	if !ok {
+	st, err := counters(ctx, rt)
+	if errors.Is(err, errNoCounters) {
 		return runtime.Stats{}, fmt.Errorf("sandbox %s has no resource counters now: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	st, err := sr.Stats(ctx)
 	if err != nil {
 		return runtime.Stats{}, fmt.Errorf("reading counters of sandbox %s: %w", id, err)
 	}
 	return st, nil
+}
+
+// errNoCounters: the runtime sandbox (nil without a live guest) reports
+// no counters.
+var errNoCounters = errors.New("no resource counters")
+
+// counters samples rt's cgroup counters the cheap way: through
+// runtime.CounterReader when rt has it (Pids is then 0; gvisor's full
+// Stats runs a runsc subprocess, which the exec path, sampling around every
+// exec, must not pay), else its Stats; errNoCounters when it has neither.
+func counters(ctx context.Context, rt runtime.Sandbox) (runtime.Stats, error) {
+	if cr, ok := rt.(runtime.CounterReader); ok {
+		return cr.Counters(ctx)
+	}
+	if sr, ok := rt.(runtime.StatsReader); ok {
+		return sr.Stats(ctx)
+	}
+	return runtime.Stats{}, errNoCounters
 }
 
 // Watch streams the rest of process pid's events (no replay) to an

@@ -94,13 +94,13 @@ type Backend struct {
 }
 
 var (
-	_ runtime.Backend     = (*Backend)(nil)
-	_ runtime.Sandbox     = (*sandbox)(nil)
-	_ runtime.Pauser      = (*sandbox)(nil)
-	_ runtime.StatsReader = (*sandbox)(nil)
-	_ runtime.OOMCounter  = (*sandbox)(nil)
-	_ runtime.Describer   = (*Backend)(nil)
-	_ runtime.Closer      = (*Backend)(nil)
+	_ runtime.Backend       = (*Backend)(nil)
+	_ runtime.Sandbox       = (*sandbox)(nil)
+	_ runtime.Pauser        = (*sandbox)(nil)
+	_ runtime.StatsReader   = (*sandbox)(nil)
+	_ runtime.CounterReader = (*sandbox)(nil)
+	_ runtime.Describer     = (*Backend)(nil)
+	_ runtime.Closer        = (*Backend)(nil)
 )
 
 var (

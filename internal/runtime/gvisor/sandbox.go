@@ -154,18 +154,13 @@ func (b *Backend) containerState(ctx context.Context, id string) (runscState, er
 	return st, nil
 }
 
-// Stats reads the counters of the sandbox's host cgroup: the sentry's and
-// the gofer's CPU time and memory, and OOM kills; Pids is the sandbox's
-// tasks as the sentry counts them (runsc events --stats: what its pids
-// limit, RLIMIT_NPROC, holds), or the host cgroup's tasks when the sentry
-// does not answer.
+// Stats is Counters plus the sandbox's tasks as the sentry counts them
+// (runsc events --stats: what its pids limit, RLIMIT_NPROC, holds), or the
+// host cgroup's tasks when the sentry does not answer.
 func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
-	st, err := readStats(s.b.mode, s.st.Cgroup)
+	st, err := s.hostCounters()
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return runtime.Stats{}, fmt.Errorf("sandbox %s: %w", s.spec.ID, errdefs.ErrNotFound)
-		}
-		return runtime.Stats{}, fmt.Errorf("sandbox %s: stats: %w", s.spec.ID, err)
+		return st, err
 	}
 	if out, err := s.b.runsc(ctx, "events", "--stats", s.spec.ID); err == nil {
 		var ev struct {
@@ -182,19 +177,26 @@ func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
 	return st, nil
 }
 
-// OOMKills reads the OOM kill count of the sandbox's host cgroup alone:
-// what Stats reports as OOMKills, without its runsc events subprocess
-// (tens of milliseconds, which every exec would otherwise pay: the core
-// samples the count around each one).
-func (s *sandbox) OOMKills(ctx context.Context) (int64, error) {
-	n, err := readOOMKills(s.b.mode, s.st.Cgroup)
+// Counters reads the counters of the sandbox's host cgroup alone: the
+// sentry's and the gofer's CPU time and memory, and OOM kills; Pids is 0
+// (the host's count would be the sentry's threads, not the sandbox's
+// tasks). No runsc subprocess: what the core samples around every exec.
+func (s *sandbox) Counters(ctx context.Context) (runtime.Stats, error) {
+	st, err := s.hostCounters()
+	st.Pids = 0
+	return st, err
+}
+
+// hostCounters reads the sandbox's host cgroup (Pids: its host tasks).
+func (s *sandbox) hostCounters() (runtime.Stats, error) {
+	st, err := readStats(s.b.mode, s.st.Cgroup)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return 0, fmt.Errorf("sandbox %s: %w", s.spec.ID, errdefs.ErrNotFound)
+			return runtime.Stats{}, fmt.Errorf("sandbox %s: %w", s.spec.ID, errdefs.ErrNotFound)
 		}
-		return 0, fmt.Errorf("sandbox %s: oom kills: %w", s.spec.ID, err)
+		return runtime.Stats{}, fmt.Errorf("sandbox %s: stats: %w", s.spec.ID, err)
 	}
-	return n, nil
+	return st, nil
 }
 
 // deleteContainer runs runsc delete --force on id; a container runsc does
