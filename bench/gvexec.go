@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -131,4 +133,62 @@ func guestExec(ctx context.Context, c *client.Client, argv ...string) (time.Dura
 			return time.Since(start), nil
 		}
 	}
+}
+
+// The parts of a gVisor create, as the backend logs them for every create
+// ("sandbox created" ... bundle=… runsc_run=… guest=…): read back from the
+// daemon's log for the sandboxes of the create→first exec measurement.
+const (
+	keyGvCreateRunsc = "agentbox-gvisor-create-runsc"
+	keyGvCreateGuest = "agentbox-gvisor-create-guest"
+)
+
+// measureGvisorCreateParts reads the parts of the creates of ids (the
+// timed ones) from the daemon log at logPath.
+func measureGvisorCreateParts(logPath string, ids map[string]bool) []result {
+	const (
+		runName   = "of which the gvisor backend's runsc run --detach (sandbox, gofer and sentry started, guest exec'd)"
+		guestName = "of which the guest's start in the sentry until its socket answers, and the socket's claim"
+		note      = "from the backend's \"sandbox created\" log line of each timed create"
+	)
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		return []result{skipped(keyGvCreateRunsc, groupGvisor, runName, err.Error()), skipped(keyGvCreateGuest, groupGvisor, guestName, err.Error())}
+	}
+	var runs, guests []time.Duration
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.Contains(line, `msg="sandbox created"`) || !strings.Contains(line, "backend=gvisor") {
+			continue
+		}
+		f := logFields(line)
+		if !ids[f["sandbox"]] {
+			continue
+		}
+		r, err1 := time.ParseDuration(f["runsc_run"])
+		g, err2 := time.ParseDuration(f["guest"])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		runs, guests = append(runs, r), append(guests, g)
+	}
+	var noLines error
+	if len(runs) == 0 {
+		noLines = fmt.Errorf("no \"sandbox created\" line with runsc_run and guest for the timed sandboxes in %s", logPath)
+	}
+	return []result{
+		measured(keyGvCreateRunsc, groupGvisor, runName, note, runs, noLines),
+		measured(keyGvCreateGuest, groupGvisor, guestName, note, guests, noLines),
+	}
+}
+
+// logFields splits a slog text line into its key=value fields (values
+// without spaces, which is all measureGvisorCreateParts reads).
+func logFields(line string) map[string]string {
+	out := map[string]string{}
+	for _, w := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(w, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -66,12 +66,16 @@ func measureGvisor(ctx context.Context, b *bench, tmp, bin, template string, bui
 		return skipAB("building template: " + err.Error())
 	}
 	ids := make([]string, b.warmup+b.n)
+	timed := map[string]bool{}
 	samples, err := timeN(ctx, b.n, b.warmup, func(i int) error {
 		id, err := d.createOn(ctx, template, gvisor.Name)
 		if err != nil {
 			return err
 		}
 		ids[i] = id
+		if i >= b.warmup {
+			timed[id] = true
+		}
 		return d.exec(ctx, id, "/bin/true")
 	}, func(i int) error {
 		if ids[i] == "" {
@@ -90,6 +94,7 @@ func measureGvisor(ctx context.Context, b *bench, tmp, bin, template string, bui
 	if err != nil {
 		create.Skip += d.logTail()
 	}
+	createParts := measureGvisorCreateParts(d.logPath, timed)
 	execRows := func() []result {
 		id, err := d.createOn(ctx, template, gvisor.Name)
 		if err != nil {
@@ -110,7 +115,7 @@ func measureGvisor(ctx context.Context, b *bench, tmp, bin, template string, bui
 		}
 		return append(rows, measureGvisorExecParts(ctx, b, d, id, nativeID)...)
 	}()
-	return append(append(out, create), execRows...)
+	return append(append(append(out, create), createParts...), execRows...)
 }
 
 // measureRunscRun times `runsc run` of /bin/true in the peers' bundle,
