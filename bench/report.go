@@ -168,10 +168,23 @@ func markdown(m machine, n, warmup int, results []result, lines []ratioLine) str
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", mdEscape(l.Label), l.valueText(), l.targetText(), l.Status)
 	}
 	b.WriteString(boundsText)
+	if measuredIn(results, groupGvisor) {
+		b.WriteString(gvisorBoundsText)
+	}
 	b.WriteString(methodText)
 	b.WriteString(egressMethodText)
 	b.WriteString(serviceMethodText)
 	return b.String()
+}
+
+// measuredIn reports whether any result of group was measured.
+func measuredIn(results []result, group string) bool {
+	for _, r := range results {
+		if r.Group == group && r.Skip == "" && r.N > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func mdEscape(s string) string {
