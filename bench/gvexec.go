@@ -232,8 +232,11 @@ const gvisorBoundsText = `
   compiling every JSON Schema metaschema is the largest) until its socket
   answers is the next part; then the first exec (the first spawn in a
   fresh sentry, colder than the exec round trip) and the daemon's own few
-  milliseconds. The create bundles nothing that could be parallelised
-  with runsc run, and polls the guest every 2 ms at most. runsc run of
+  milliseconds. Nothing of the create's own could run beside runsc run
+  (the bundle takes about a millisecond). The wait for the guest polls
+  with a back-off of up to 20 ms: a faster poll would take about 5 ms
+  off, but made the memory checkpoint test fail more often (a race in
+  that path, not understood yet; docs/GVISOR.md). runsc run of
   true, the peer, starts the same sandbox without cgroups, user namespace
   or mounts, and needs no agent: a third of it is below runsc's own boot,
   so the target is reachable only with sandboxes started ahead of the

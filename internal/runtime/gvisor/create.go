@@ -235,16 +235,18 @@ func (b *Backend) run(ctx context.Context, spec runtime.Spec, bdir, image string
 	return pid, nil
 }
 
-// guestPollMax is the longest pause between two of waitGuest's dials. A
-// dial that fails costs microseconds, and the guest's start in the sentry
-// (tens of milliseconds after runsc run returns) is on every create's
-// path: a longer pause would only add to it.
-const guestPollMax = 2 * time.Millisecond
+// guestPollMax is the longest pause between two of waitGuest's dials.
+// Polling faster (2 ms at most, from 250 µs) would take about 5 ms off a
+// create's median, but made TestMemoryCheckpointRestore fail more often
+// (3 runs in 4, against 1 in 4 at these values and 0 in 4 on the base
+// commit, on a loaded machine): it exposes a race in the memory checkpoint
+// path that is not understood yet, so the values stay what they were.
+const guestPollMax = 20 * time.Millisecond
 
 // waitGuest waits until the guest accepts connections on sock, the
 // sandbox process exits (done) or ctx ends.
 func waitGuest(ctx context.Context, sock string, done <-chan struct{}) error {
-	delay := 250 * time.Microsecond
+	delay := time.Millisecond
 	for {
 		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
 			c.Close()
