@@ -235,8 +235,9 @@ const gvisorBoundsText = `
   milliseconds. Nothing of the create's own could run beside runsc run
   (the bundle takes about a millisecond). The wait for the guest polls
   with a back-off of up to 20 ms: a faster poll would take about 5 ms
-  off, but made the memory checkpoint test fail more often (a race in
-  that path, not understood yet; docs/GVISOR.md). runsc run of
+  off; it is left out until the memory checkpoint path's race (its test
+  fails now and then with or without it; docs/GVISOR.md) is understood.
+  runsc run of
   true, the peer, starts the same sandbox without cgroups, user namespace
   or mounts, and needs no agent: a third of it is below runsc's own boot,
   so the target is reachable only with sandboxes started ahead of the
