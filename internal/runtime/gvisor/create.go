@@ -238,11 +238,11 @@ func (b *Backend) run(ctx context.Context, spec runtime.Spec, bdir, image string
 // guestPollMax is the longest pause between two of waitGuest's dials.
 // Polling faster (2 ms at most, from 250 µs) would take about 5 ms off a
 // create's median (of ≈0.4 s). It was tried and left out: with it,
-// TestMemoryCheckpointRestore failed 3 runs in 4 on a loaded machine;
-// without it, and on the commit before, that test fails too (5 runs in
-// 19: the sandbox exits during the checkpoint's reconnect, or a restore
-// times out), so the memory checkpoint path has a race of its own, which
-// a faster poll may or may not make likelier.
+// TestMemoryCheckpointRestore failed 5 runs in 7 on a loaded machine;
+// without it 3 in 9, and on the commit before this change 2 in 10 (the
+// sandbox exits during the checkpoint's reconnect, or a restore times
+// out): the memory checkpoint path has a race of its own, which the
+// faster poll seems to make likelier.
 const guestPollMax = 20 * time.Millisecond
 
 // waitGuest waits until the guest accepts connections on sock, the
