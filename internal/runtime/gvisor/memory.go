@@ -51,6 +51,9 @@ const (
 	// nonceFile holds, beside runsc's image, the nonce the guest in that
 	// image answers with (claimVerified).
 	nonceFile = "agentbox-nonce"
+	// maxExchange bounds what the host reads on one connection of
+	// dialGuest: a challenge, a proof and an answer are far less.
+	maxExchange = 1024
 )
 
 // RestoreMemory implements runtime.MemoryRestorer: Create with runsc
@@ -90,6 +93,14 @@ func (s *sandbox) CheckpointMemory(ctx context.Context, dir string, frozen func(
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebindTimeout)
 		defer cancel()
 		if rerr := s.reclaim(rctx, nonce); rerr != nil {
+			// The guest is out of reach for good (what answered in its
+			// place was never talked to): the sandbox is stopped, so
+			// that it is reported lost (its Wait ends) rather than left
+			// running without a guest.
+			s.log.WarnContext(ctx, "guest lost after a memory checkpoint: stopping the sandbox", "err", rerr)
+			if kerr := s.b.deleteContainer(rctx, s.spec.ID); kerr != nil {
+				rerr = errors.Join(rerr, kerr)
+			}
 			err = errors.Join(err, fmt.Errorf("checkpointing sandbox %s: reconnecting its guest: %w", s.spec.ID, rerr))
 		}
 	}()
@@ -138,6 +149,35 @@ func quiesce(ctx context.Context, ctl, cur, next string) error {
 	return nil
 }
 
+// setHostname asks the guest on its control socket ctl, authenticated
+// with nonce, to set the sandbox's hostname to name (gvinit: only PID 1
+// can). A sandbox restored from a memory image has the image's kernel
+// state, whose UTS namespace holds the hostname of the sandbox it was
+// taken of; each restored sandbox gets its own.
+func setHostname(ctx context.Context, ctl, nonce, name string) error {
+	if !gvinit.ValidHostname(name) {
+		return fmt.Errorf("hostname %q: %w", name, errdefs.ErrInvalidArgument)
+	}
+	ctx, cancel := context.WithTimeout(ctx, proveTimeout)
+	defer cancel()
+	c, br, challenge, err := dialGuest(ctx, ctl)
+	if err != nil {
+		return fmt.Errorf("guest control socket: %w", err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, gvinit.HostProof(nonce, challenge)+" "+gvinit.HostnamePrefix+name+"\n"); err != nil {
+		return fmt.Errorf("setting the hostname: %w", err)
+	}
+	reply, err := br.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("setting the hostname: %w", err)
+	}
+	if reply != gvinit.HostnameReply {
+		return fmt.Errorf("setting the hostname: the guest answered %q: %w", reply, errdefs.ErrInternal)
+	}
+	return nil
+}
+
 // dialGuest dials one of the guest's sockets (again while it refuses:
 // bound, not yet listening) and reads the guest's challenge.
 func dialGuest(ctx context.Context, path string) (net.Conn, *bufio.Reader, string, error) {
@@ -154,7 +194,9 @@ func dialGuest(ctx context.Context, path string) (net.Conn, *bufio.Reader, strin
 		if dl, ok := ctx.Deadline(); ok {
 			_ = c.SetDeadline(dl)
 		}
-		br := bufio.NewReader(c)
+		// What answers may be a sandbox process's socket (claimVerified):
+		// it gets no more of the host's memory than an exchange needs.
+		br := bufio.NewReader(io.LimitReader(c, maxExchange))
 		line, err := br.ReadString('\n')
 		if err != nil || len(line) != 65 {
 			c.Close()
@@ -226,24 +268,27 @@ func claimVerified(ctx context.Context, udir, sockPath, nonce string, owner uint
 			case <-time.After(time.Millisecond):
 			}
 		}
-		if err := claimSocket(filepath.Join(udir, gvinit.SocketName), sockPath, udir); err != nil {
-			return err
-		}
-		err := proveBoth(ctx, sockPath, ctlPath, nonce)
+		err := claimSocket(filepath.Join(udir, gvinit.SocketName), sockPath, udir)
 		if err == nil {
-			return nil
+			if err = proveBoth(ctx, sockPath, ctlPath, nonce); err == nil {
+				return nil
+			}
 		}
-		if attempt == maxClaims || ctx.Err() != nil {
-			return err
-		}
-		// A bind of the guest's that failed inside the sentry may still
-		// have left its socket file on the host, which was claimed: the
-		// guest binds both again once the directory is open.
+		// What was claimed is not the guest's (a sandbox process's
+		// socket or file, or one of a bind of the guest's that failed
+		// inside the sentry but left its file on the host): it goes, so
+		// that nothing of the host ever talks to it.
 		for _, p := range []string{sockPath, ctlPath} {
 			if rerr := os.Remove(p); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 				return errors.Join(err, rerr)
 			}
 		}
+		if attempt == maxClaims || ctx.Err() != nil || errors.Is(err, errdefs.ErrInternal) {
+			// The window closes: the guest is lost (the caller reports
+			// it so), and nothing of the sandbox binds there any more.
+			return errors.Join(err, closeDir(udir))
+		}
+		// The guest binds both again once the directory is open.
 		if cerr := os.Chown(udir, int(owner), int(owner)); cerr != nil {
 			return errors.Join(err, cerr)
 		}
@@ -251,6 +296,15 @@ func claimVerified(ctx context.Context, udir, sockPath, nonce string, owner uint
 			return errors.Join(err, cerr)
 		}
 	}
+}
+
+// closeDir gives the socket directory udir back to host root, 0555: no
+// process of the sandbox can create anything there.
+func closeDir(udir string) error {
+	if err := os.Chown(udir, 0, 0); err != nil {
+		return err
+	}
+	return os.Chmod(udir, 0o555)
 }
 
 // proveBoth checks the claimed sockets (out of the sandbox's reach:
