@@ -237,3 +237,79 @@ func (d *daemon) memoryImages(t *testing.T) []string {
 	}
 	return out
 }
+
+// identityCmd prints a sandbox's identity, one item a line: its hostname
+// as hostname(1), the kernel and uname -n see it, its machine-id and the
+// digest of its random seed.
+const identityCmd = "hostname; cat /proc/sys/kernel/hostname; uname -n; cat /etc/machine-id; sha256sum < /var/lib/systemd/random-seed | cut -d' ' -f1"
+
+type sandboxIdentity struct{ hostnames, machineID, seed string }
+
+func identityOf(t *testing.T, sb *agentbox.Sandbox) sandboxIdentity {
+	t.Helper()
+	l := strings.Split(strings.TrimSpace(mustRun(t, sb, identityCmd)), "\n")
+	if len(l) != 5 || l[0] != l[1] || l[0] != l[2] || len(l[3]) != 32 || len(l[4]) != 64 {
+		t.Fatalf("%s: identity %q: want one hostname three times, a machine-id and a seed digest", sb.ID(), l)
+	}
+	return sandboxIdentity{hostnames: l[0], machineID: l[3], seed: l[4]}
+}
+
+// TestGvisorMemoryForkIdentity: each of three forks of a memory
+// checkpoint continues from the source's memory with an identity of its
+// own: its hostname (its id, by every name: the source's is in the
+// image's kernel state), machine-id and random seed, none the source's or
+// another fork's, although the source had read its own into the sentry's
+// caches before the checkpoint and a process of it holds its machine-id
+// open. The source keeps its own, and a restore in place keeps the
+// sandbox's own hostname.
+func TestGvisorMemoryForkIdentity(t *testing.T) {
+	requiresRunsc(t)
+	d := newDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sb := d.create(t, agentbox.SandboxSpec{Runtime: "gvisor"})
+	mustRun(t, sb, "mkdir -p /var/lib/systemd && head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /etc/machine-id && echo >> /etc/machine-id && head -c 512 /dev/urandom > /var/lib/systemd/random-seed")
+	src := identityOf(t, sb)
+	if src.hostnames != sb.ID() {
+		t.Fatalf("source's hostname %q, want its id %s", src.hostnames, sb.ID())
+	}
+	if _, err := sb.Start(ctx, api.ExecRequest{Command: "sleep 600 < /etc/machine-id"}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Name: "mem", Memory: true})
+	if err != nil {
+		t.Fatalf("memory checkpoint: %v", err)
+	}
+	forks, err := d.client.Fork(ctx, ck.ID, 3)
+	if err != nil {
+		t.Fatalf("fork ×3: %v", err)
+	}
+	seen := map[string]string{src.hostnames: sb.ID(), src.machineID: sb.ID(), src.seed: sb.ID()}
+	for _, fk := range forks {
+		t.Cleanup(func() { _ = fk.Delete(context.WithoutCancel(ctx)) })
+		// It continues from the source's memory: the sleep runs on.
+		if out := mustRun(t, fk, "ps -o args | grep -q '^[s]leep 600' && echo running"); strings.TrimSpace(out) != "running" {
+			t.Errorf("fork %s: the source's process is not there: %q", fk.ID(), out)
+		}
+		id := identityOf(t, fk)
+		if id.hostnames != fk.ID() {
+			t.Errorf("fork %s calls itself %q", fk.ID(), id.hostnames)
+		}
+		for what, v := range map[string]string{"hostname": id.hostnames, "machine-id": id.machineID, "random seed": id.seed} {
+			if other, dup := seen[v]; dup {
+				t.Errorf("fork %s has the %s of %s (%s)", fk.ID(), what, other, v)
+			}
+			seen[v] = fk.ID()
+		}
+	}
+	if got := identityOf(t, sb); got != src {
+		t.Errorf("the source's identity changed with its forks: %+v, was %+v", got, src)
+	}
+	// A restore in place resumes the image under the sandbox's own name.
+	if _, err := sb.Restore(ctx, ck.ID); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if got := identityOf(t, sb); got.hostnames != sb.ID() {
+		t.Errorf("after a restore in place the sandbox calls itself %q, want %s", got.hostnames, sb.ID())
+	}
+}
