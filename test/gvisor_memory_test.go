@@ -278,7 +278,7 @@ func TestGvisorMemoryForkIdentity(t *testing.T) {
 	}
 	ck, err := sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Name: "mem", Memory: true})
 	if err != nil {
-		t.Fatalf("memory checkpoint: %v", err)
+		t.Fatalf("memory checkpoint: %v\nguest log: %s", err, d.guestLog(sb.ID()))
 	}
 	forks, err := d.client.Fork(ctx, ck.ID, 3)
 	if err != nil {
@@ -312,4 +312,14 @@ func TestGvisorMemoryForkIdentity(t *testing.T) {
 	if got := identityOf(t, sb); got.hostnames != sb.ID() {
 		t.Errorf("after a restore in place the sandbox calls itself %q, want %s", got.hostnames, sb.ID())
 	}
+}
+
+// guestLog is what the guest of sandbox id (and runsc) logged, while the
+// sandbox exists.
+func (d *daemon) guestLog(id string) string {
+	b, err := os.ReadFile(filepath.Join(d.dataDir, "sandboxes", id, "state", "guest.log"))
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }

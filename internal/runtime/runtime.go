@@ -346,7 +346,7 @@ type MemoryRestorer interface {
 	// being started. spec's layers must hold the files the image was
 	// taken over (the checkpoint's). Kernel state goes with the image,
 	// but for the identity: the sandbox's hostname is spec.Hostname (not
-	// the source's) before RestoreMemory returns, so that each sandbox
+	// the source's) when RestoreMemory returns, so that each sandbox
 	// restored from one image has its own (its files of identity are the
 	// caller's, in spec's layers: internal/identity).
 	RestoreMemory(ctx context.Context, spec Spec, dir string) (Sandbox, error)

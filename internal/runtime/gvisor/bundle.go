@@ -53,17 +53,6 @@ var defaultCaps = []string{
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
-// guestCaps are the guest's own (PID 1's) capabilities: defaultCaps and
-// CAP_SYS_ADMIN, which it needs for one thing, setting the hostname of a
-// sandbox restored from a memory image (gvinit's control socket). It is
-// never in the bounding set. The sentry computes the capabilities of an
-// exec as Linux does (a root process's permitted set becomes its bounding
-// and inheritable sets), the guest's own exec included: so CAP_SYS_ADMIN
-// is also the guest's one inheritable capability, which gvinit drops on
-// every thread before it starts anything. No sandbox process ever holds
-// it (runtimetest's posture checks every exec'd process's sets).
-var guestCaps = append(append([]string(nil), defaultCaps...), "CAP_SYS_ADMIN")
-
 // maskedPaths and readonlyPaths are runc's defaults. The sentry's /proc
 // and /sys are its own and show nothing of the host's, but a sandbox sees
 // the same masks under both backends.
@@ -93,10 +82,9 @@ func ociSpec(spec runtime.Spec, bdir, cgroupsPath string) *specs.Spec {
 		Cwd:             "/",
 		NoNewPrivileges: true,
 		Capabilities: &specs.LinuxCapabilities{
-			Bounding:    defaultCaps,
-			Effective:   guestCaps,
-			Permitted:   guestCaps,
-			Inheritable: []string{"CAP_SYS_ADMIN"},
+			Bounding:  defaultCaps,
+			Effective: defaultCaps,
+			Permitted: defaultCaps,
 		},
 	}
 	if n := spec.Resources.OpenFiles; n > 0 {

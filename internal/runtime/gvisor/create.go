@@ -143,14 +143,6 @@ func (b *Backend) create(ctx context.Context, spec runtime.Spec, image string) (
 		if err := claimVerified(ctx, udir, spec.SocketPath, nonce, ids.HostID, done); err != nil {
 			return nil, fmt.Errorf("restoring sandbox %s: %w%s", spec.ID, err, logTail(spec))
 		}
-		// Its hostname is the image's: it gets its own before anything
-		// is handed out (a fork's differs from its source's; "" keeps
-		// the image's, as runsc run keeps runsc's default).
-		if spec.Hostname != "" {
-			if err := setHostname(ctx, filepath.Join(bdir, ctlSocket), nonce, spec.Hostname); err != nil {
-				return nil, fmt.Errorf("restoring sandbox %s: %w", spec.ID, err)
-			}
-		}
 	} else {
 		if err := waitGuest(ctx, sock, done); err != nil {
 			return nil, fmt.Errorf("creating sandbox %s: %w%s", spec.ID, err, logTail(spec))

@@ -35,6 +35,26 @@ import (
 // created one, so the guest's first bind after the restore is claimed as
 // Create claims it. No process of the sandbox ever sees a difference but
 // the time that passed.
+//
+// A restored sandbox's hostname is its own spec's, not the image's: runsc
+// restore sets every UTS namespace of the image whose hostname no process
+// changed (sethostname) to the new bundle's (gVisor's
+// UTSNamespace.RestoreSpecValues), and no sandbox process can change the
+// sandbox's (it needs CAP_SYS_ADMIN, which none holds: a process's own
+// new UTS namespace keeps its own name). TestMemoryCheckpointRestore and
+// test/TestGvisorMemoryForkIdentity hold a runsc upgrade to it.
+//
+// The window: while the host has the socket directory open for the guest
+// to bind again, every process of the sandbox can create, remove or
+// connect to anything there. The guest serves no connection made from
+// inside the sentry (gvinit's peer.go), so a process there gets no
+// challenge it could relay; whatever the host finds there it moves out of
+// the sandbox's reach before it looks at it (claimSocket: a file that is
+// not a socket is removed untouched), and only then proves it with the
+// nonce (claimVerified), removing what fails; after maxClaims failures the
+// directory is closed and the sandbox stopped, so that it is reported lost
+// instead of running without a guest (test/TestGvisorReconnectWindowAttacks
+// attacks all of it from inside).
 
 var (
 	_ runtime.MemoryCheckpointer = (*sandbox)(nil)
@@ -145,35 +165,6 @@ func quiesce(ctx context.Context, ctl, cur, next string) error {
 	}
 	if string(reply) != gvinit.QuiesceReply {
 		return fmt.Errorf("the guest answered quiesce with %q: %w", reply, errdefs.ErrInternal)
-	}
-	return nil
-}
-
-// setHostname asks the guest on its control socket ctl, authenticated
-// with nonce, to set the sandbox's hostname to name (gvinit: only PID 1
-// can). A sandbox restored from a memory image has the image's kernel
-// state, whose UTS namespace holds the hostname of the sandbox it was
-// taken of; each restored sandbox gets its own.
-func setHostname(ctx context.Context, ctl, nonce, name string) error {
-	if !gvinit.ValidHostname(name) {
-		return fmt.Errorf("hostname %q: %w", name, errdefs.ErrInvalidArgument)
-	}
-	ctx, cancel := context.WithTimeout(ctx, proveTimeout)
-	defer cancel()
-	c, br, challenge, err := dialGuest(ctx, ctl)
-	if err != nil {
-		return fmt.Errorf("guest control socket: %w", err)
-	}
-	defer c.Close()
-	if _, err := io.WriteString(c, gvinit.HostProof(nonce, challenge)+" "+gvinit.HostnamePrefix+name+"\n"); err != nil {
-		return fmt.Errorf("setting the hostname: %w", err)
-	}
-	reply, err := br.ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("setting the hostname: %w", err)
-	}
-	if reply != gvinit.HostnameReply {
-		return fmt.Errorf("setting the hostname: the guest answered %q: %w", reply, errdefs.ErrInternal)
 	}
 	return nil
 }

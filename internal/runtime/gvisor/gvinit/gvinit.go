@@ -61,11 +61,6 @@ func Main(serve func(ln net.Listener) error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		fail(fmt.Errorf("prctl PR_SET_DUMPABLE: %w", err))
 	}
-	// Before any process is started: nothing the guest runs may keep the
-	// one capability only PID 1 holds (identity.go).
-	if err := dropInheritable(); err != nil {
-		fail(err)
-	}
 	// The control socket first: the host takes both over once the guest
 	// socket answers, so both must be there by then.
 	ctl, err := listen(SocketDir + "/" + CtlName)

@@ -35,15 +35,10 @@ import (
 const CtlName = "ctl.sock"
 
 // The control socket's commands (see auth.go for the exchange): a
-// quiesce, answered QuiesceReply; a proof (ProveCommand); a hostname
-// (HostnamePrefix + the name, answered HostnameReply or "error: ..."),
-// which the host sends a sandbox restored from a memory image, whose
-// kernel state (the UTS namespace among it) is the image's.
+// quiesce, answered QuiesceReply; a proof (ProveCommand).
 const (
-	QuiescePrefix  = "quiesce "
-	QuiesceReply   = "ok\n"
-	HostnamePrefix = "hostname "
-	HostnameReply  = "ok\n"
+	QuiescePrefix = "quiesce "
+	QuiesceReply  = "ok\n"
 )
 
 const rebindInterval = 2 * time.Millisecond
@@ -208,8 +203,8 @@ func listen(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-// control serves the control socket: proofs and hostnames on any
-// connection of the host's, and one quiesce per bind. After a quiesce it
+// control serves the control socket: proofs on any connection of the
+// host's, and one quiesce per bind. After a quiesce it
 // binds both sockets again as soon as the host lets it and serves the next
 // one.
 func control(r *relistener, ctl *net.UnixListener) {
@@ -237,11 +232,6 @@ func control(r *relistener, ctl *net.UnixListener) {
 		}
 		if ch, ok := strings.CutPrefix(cmd, ProveCommand); ok {
 			_, _ = io.WriteString(c, GuestProof(cur, ch)+"\n")
-			c.Close()
-			continue
-		}
-		if name, ok := strings.CutPrefix(cmd, HostnamePrefix); ok {
-			_, _ = io.WriteString(c, setHostname(name))
 			c.Close()
 			continue
 		}
