@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -244,9 +245,15 @@ func placeholders(udir string) error {
 // of the sandbox while the guest binds: what is found there may be
 // another process's socket, or no socket at all.
 func claimVerified(ctx context.Context, udir, sockPath, nonce string, owner uint32, done <-chan struct{}) error {
+	// A socket is there once it is a socket of the sandbox's root that
+	// answers: the sentry listens on it, so the gofer has finished binding
+	// it. (Claimed earlier, between the gofer's bind and its own open of
+	// the new file, the guest's bind fails, EIO, and leaves behind a
+	// socket nobody listens on: a claim that waits out proveTimeout.)
 	bound := func(name string) bool {
 		var st unix.Stat_t
-		return unix.Lstat(filepath.Join(udir, name), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK && st.Uid == owner
+		p := filepath.Join(udir, name)
+		return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK && st.Uid == owner && answers(p)
 	}
 	ctlPath := filepath.Join(filepath.Dir(udir), ctlSocket)
 	for attempt := 1; ; attempt++ {
@@ -296,6 +303,29 @@ func closeDir(udir string) error {
 		return err
 	}
 	return os.Chmod(udir, 0o555)
+}
+
+// answers reports whether the socket at path accepts a connection (which
+// it closes at once, unused). path is in a directory the sandbox can
+// write to: it is dialled through a descriptor of what is there, opened
+// without following a symlink and checked to be a socket, so that no
+// other file of the host is ever reached.
+func answers(path string) bool {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return false
+	}
+	c, err := net.DialTimeout("unix", "/proc/self/fd/"+strconv.Itoa(fd), 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // proveBoth checks the claimed sockets (out of the sandbox's reach:
