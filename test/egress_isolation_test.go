@@ -238,7 +238,9 @@ func egressIsolationFromInside(t *testing.T, rt string) {
 // encoded. A marker written inside before the checkpoint is the positive
 // control: the scan must find it in the checkpoint's layer. The egress
 // records of the token run carry its run id.
-func TestSecretsNotInCheckpointsOrHostFiles(t *testing.T) { secretsNotInCheckpointsOrHostFiles(t, "native") }
+func TestSecretsNotInCheckpointsOrHostFiles(t *testing.T) {
+	secretsNotInCheckpointsOrHostFiles(t, "native")
+}
 
 // TestSecretsNotInCheckpointsOrHostFilesGvisor: the same on the gvisor
 // backend, whose bundles, runsc state and logs are under the daemon's
