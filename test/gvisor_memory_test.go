@@ -254,17 +254,20 @@ func (d *daemon) memoryImages(t *testing.T) []string {
 // identityCmd prints a sandbox's identity, one item a line: its hostname
 // as hostname(1), the kernel and uname -n see it, its machine-id and the
 // digest of its random seed.
-const identityCmd = "hostname; cat /proc/sys/kernel/hostname; uname -n; cat /etc/machine-id; sha256sum < /var/lib/systemd/random-seed | cut -d' ' -f1"
+const identityCmd = "hostname; cat /proc/sys/kernel/hostname; uname -n; cat /etc/machine-id; sha256sum < /var/lib/systemd/random-seed | cut -d' ' -f1; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo"
 
-type sandboxIdentity struct{ hostnames, machineID, seed string }
+// sandboxIdentity is what identityCmd printed; urandom is 16 bytes the
+// kernel's random source gave, not part of the identity but of what must
+// not repeat across forks.
+type sandboxIdentity struct{ hostnames, machineID, seed, urandom string }
 
 func identityOf(t *testing.T, sb *agentbox.Sandbox) sandboxIdentity {
 	t.Helper()
 	l := strings.Split(strings.TrimSpace(mustRun(t, sb, identityCmd)), "\n")
-	if len(l) != 5 || l[0] != l[1] || l[0] != l[2] || len(l[3]) != 32 || len(l[4]) != 64 {
-		t.Fatalf("%s: identity %q: want one hostname three times, a machine-id and a seed digest", sb.ID(), l)
+	if len(l) != 6 || l[0] != l[1] || l[0] != l[2] || len(l[3]) != 32 || len(l[4]) != 64 || len(l[5]) != 32 {
+		t.Fatalf("%s: identity %q: want one hostname three times, a machine-id, a seed digest and 16 random bytes", sb.ID(), l)
 	}
-	return sandboxIdentity{hostnames: l[0], machineID: l[3], seed: l[4]}
+	return sandboxIdentity{hostnames: l[0], machineID: l[3], seed: l[4], urandom: l[5]}
 }
 
 // TestGvisorMemoryForkIdentity: each of three forks of a memory
@@ -297,7 +300,7 @@ func TestGvisorMemoryForkIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fork ×3: %v", err)
 	}
-	seen := map[string]string{src.hostnames: sb.ID(), src.machineID: sb.ID(), src.seed: sb.ID()}
+	seen := map[string]string{src.hostnames: sb.ID(), src.machineID: sb.ID(), src.seed: sb.ID(), src.urandom: sb.ID()}
 	for _, fk := range forks {
 		t.Cleanup(func() { _ = fk.Delete(context.WithoutCancel(ctx)) })
 		// It continues from the source's memory: the sleep runs on.
@@ -308,14 +311,14 @@ func TestGvisorMemoryForkIdentity(t *testing.T) {
 		if id.hostnames != fk.ID() {
 			t.Errorf("fork %s calls itself %q", fk.ID(), id.hostnames)
 		}
-		for what, v := range map[string]string{"hostname": id.hostnames, "machine-id": id.machineID, "random seed": id.seed} {
+		for what, v := range map[string]string{"hostname": id.hostnames, "machine-id": id.machineID, "random seed": id.seed, "/dev/urandom output": id.urandom} {
 			if other, dup := seen[v]; dup {
 				t.Errorf("fork %s has the %s of %s (%s)", fk.ID(), what, other, v)
 			}
 			seen[v] = fk.ID()
 		}
 	}
-	if got := identityOf(t, sb); got != src {
+	if got := identityOf(t, sb); got.hostnames != src.hostnames || got.machineID != src.machineID || got.seed != src.seed {
 		t.Errorf("the source's identity changed with its forks: %+v, was %+v", got, src)
 	}
 	// A restore in place resumes the image under the sandbox's own name.
