@@ -52,9 +52,11 @@ type CreateCheckpointRequest struct {
 	Memory bool `json:"memory,omitempty"`
 	// AllowSecretsInMemory lets a memory checkpoint be taken while a
 	// process started with secrets or a run token (a private exec) still
-	// runs: its memory, secrets included, is then in the image and in
-	// every fork of it. Without it such a checkpoint is refused
-	// (failed_precondition).
+	// runs, or once the sandbox's guest has started one (the guest, which
+	// was given them, may still hold them): that memory, secrets
+	// included, is then in the image and in every fork of it. Without it
+	// such a checkpoint is refused (failed_precondition); a restore from
+	// a filesystem checkpoint gives the sandbox a fresh guest.
 	AllowSecretsInMemory bool `json:"allow_secrets_in_memory,omitempty"`
 }
 

@@ -91,7 +91,18 @@ func hostAddr() string {
 // fail, while an allowed destination keeps working. Switching egress off
 // closes the proxy port (refused, not accepted and dropped); switching it
 // back on reopens it.
-func TestEgressIsolationFromInside(t *testing.T) {
+func TestEgressIsolationFromInside(t *testing.T) { egressIsolationFromInside(t, "native") }
+
+// TestEgressIsolationFromInsideGvisor: the same on the gvisor backend,
+// where the sandbox's network is the sentry's own (runsc --network=none:
+// a loopback and nothing else) and the proxy port is the guest's, as
+// under native.
+func TestEgressIsolationFromInsideGvisor(t *testing.T) {
+	requiresRunsc(t)
+	egressIsolationFromInside(t, "gvisor")
+}
+
+func egressIsolationFromInside(t *testing.T, rt string) {
 	dir := t.TempDir()
 	up := startUpstreams(t, dir)
 	probe := buildStatic(t, dir, "tcpprobe", tcpprobeSrc)
@@ -119,7 +130,7 @@ func TestEgressIsolationFromInside(t *testing.T) {
 	}
 
 	// Sandbox B serves a marker on its own loopback.
-	b := d.create(t, agentbox.SandboxSpec{})
+	b := d.create(t, agentbox.SandboxSpec{Runtime: rt})
 	bMarker := "sandbox-b-" + randHex(4)
 	const bPort = "18080"
 	mustRun(t, b, "mkdir -p /tmp/www && echo "+bMarker+" > /tmp/www/index.html")
@@ -137,12 +148,12 @@ func TestEgressIsolationFromInside(t *testing.T) {
 	// daemon permits only 127.0.0.2.
 	hp := strconv.Itoa(up.httpPort)
 	for _, rule := range []string{"127.0.0.1:" + bPort, "localhost:" + bPort, "localhost:" + hostLoopPort} {
-		_, err := d.client.Create(ctx, agentbox.SandboxSpec{Network: &api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{"good.test:" + hp, rule}}})
+		_, err := d.client.Create(ctx, agentbox.SandboxSpec{Runtime: rt, Network: &api.NetworkSpec{Mode: api.NetworkEgress, Allow: []string{"good.test:" + hp, rule}}})
 		if !agentbox.IsInvalidArgument(err) {
 			t.Fatalf("create allowing %s: %v, want invalid argument", rule, err)
 		}
 	}
-	a := d.create(t, agentbox.SandboxSpec{Network: &api.NetworkSpec{
+	a := d.create(t, agentbox.SandboxSpec{Runtime: rt, Network: &api.NetworkSpec{
 		Mode:  api.NetworkEgress,
 		Allow: []string{"good.test:" + hp, b.ID() + ":" + bPort},
 	}})
@@ -228,6 +239,18 @@ func TestEgressIsolationFromInside(t *testing.T) {
 // control: the scan must find it in the checkpoint's layer. The egress
 // records of the token run carry its run id.
 func TestSecretsNotInCheckpointsOrHostFiles(t *testing.T) {
+	secretsNotInCheckpointsOrHostFiles(t, "native")
+}
+
+// TestSecretsNotInCheckpointsOrHostFilesGvisor: the same on the gvisor
+// backend, whose bundles, runsc state and logs are under the daemon's
+// directory too and so scanned with it.
+func TestSecretsNotInCheckpointsOrHostFilesGvisor(t *testing.T) {
+	requiresRunsc(t)
+	secretsNotInCheckpointsOrHostFiles(t, "gvisor")
+}
+
+func secretsNotInCheckpointsOrHostFiles(t *testing.T, rt string) {
 	dir := t.TempDir()
 	up := startUpstreams(t, dir)
 	bin := buildStatic(t, dir, "httpsget", httpsgetSrc)
@@ -239,7 +262,7 @@ func TestSecretsNotInCheckpointsOrHostFiles(t *testing.T) {
 		t.Fatalf("storing secret: %d %s", code, body)
 	}
 	tp, hp := strconv.Itoa(up.tlsPort), strconv.Itoa(up.httpPort)
-	sb := d.create(t, agentbox.SandboxSpec{Network: &api.NetworkSpec{
+	sb := d.create(t, agentbox.SandboxSpec{Runtime: rt, Network: &api.NetworkSpec{
 		Mode:        api.NetworkEgress,
 		Allow:       []string{"good.test:" + hp},
 		Credentials: []api.CredentialRule{{Secret: "gh", Host: "api.good.test", Port: up.tlsPort}},
@@ -333,8 +356,11 @@ func TestSecretsNotInCheckpointsOrHostFiles(t *testing.T) {
 	if f := scan(layerDir); len(f["marker"]) == 0 || len(f["raw"])+len(f["base64"]) > 0 {
 		t.Fatalf("checkpoint layer %s: found %v (want the marker only)", layerDir, f)
 	}
+	if rt == "gvisor" {
+		memoryImageHoldsNoSecret(t, d, sb, cp.ID, needles)
+	}
 	// Everything the daemon keeps: data dir (store, layers, checkpoints,
-	// sandbox state, encrypted secrets) and its log.
+	// sandbox state, encrypted secrets, memory images) and its log.
 	if f := scan(d.dir); len(f["raw"])+len(f["base64"]) > 0 {
 		t.Fatalf("secret found on the host: %v", f)
 	}
@@ -392,4 +418,51 @@ func checkpointLayerDir(t *testing.T, d *daemon, id string) string {
 	}
 	t.Fatalf("layer %s not found under %s", id, root)
 	return ""
+}
+
+// memoryImageHoldsNoSecret is the gvisor backend's part of
+// secretsNotInCheckpointsOrHostFiles: a memory checkpoint holds the memory
+// of every process of the sandbox, the guest's among them, which handled
+// the secret for every run given it. So one is refused even once no
+// process started with the secret runs any more; a restore from the
+// filesystem checkpoint cp starts a fresh guest, after which it is taken
+// and its image holds no trace of the secret. A process holding a marker
+// in memory is the positive control: the scan must find it in the image
+// (which runsc writes uncompressed).
+func memoryImageHoldsNoSecret(t *testing.T, d *daemon, sb *agentbox.Sandbox, cp string, needles map[string][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	memMarker := "mem-marker-" + randHex(6)
+	_, err := sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Name: "memory after secrets", Memory: true})
+	if !agentbox.IsFailedPrecondition(err) {
+		t.Fatalf("memory checkpoint of a sandbox whose guest handled the secret: %v; want failed_precondition", err)
+	}
+	if _, err := sb.Restore(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Start(ctx, api.ExecRequest{Command: "sleep 600; echo " + memMarker}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Name: "memory after a restore", Memory: true}); err != nil {
+		t.Fatalf("memory checkpoint with a fresh guest: %v", err)
+	}
+	mem := map[string][]byte{"memory marker": []byte(memMarker)}
+	for k, v := range needles {
+		mem[k] = v
+	}
+	found := map[string][]string{}
+	_ = filepath.WalkDir(filepath.Join(d.dataDir, "memory"), func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			for k := range fileHolds(p, mem) {
+				found[k] = append(found[k], p)
+			}
+		}
+		return nil
+	})
+	if len(found["memory marker"]) == 0 {
+		t.Fatalf("the memory image holds not even the marker of a running process: %v", found)
+	}
+	if len(found["raw"])+len(found["base64"]) > 0 {
+		t.Errorf("the secret is in the memory image: %v", found)
+	}
 }

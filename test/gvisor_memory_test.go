@@ -180,7 +180,9 @@ func TestGvisorMemoryCheckpoint(t *testing.T) {
 
 // TestGvisorMemoryCheckpointSecrets: a memory checkpoint is refused while
 // a process started with a secret runs (its memory holds it), unless the
-// caller allows it; once that process is gone it is taken.
+// caller allows it; once that process is gone it is still refused (the
+// guest that started it may hold it), until a restore from a filesystem
+// checkpoint gives the sandbox a fresh guest.
 func TestGvisorMemoryCheckpointSecrets(t *testing.T) {
 	requiresRunsc(t)
 	d := newDaemon(t)
@@ -198,8 +200,9 @@ func TestGvisorMemoryCheckpointSecrets(t *testing.T) {
 		t.Fatalf("memory checkpoint with a secret holder running: %v; want failed_precondition naming allow_secrets_in_memory", err)
 	}
 	// A filesystem checkpoint holds no memory: it is taken.
-	if _, err := sb.Checkpoint(ctx, "files"); err != nil {
-		t.Errorf("filesystem checkpoint: %v", err)
+	files, err := sb.Checkpoint(ctx, "files")
+	if err != nil {
+		t.Fatalf("filesystem checkpoint: %v", err)
 	}
 	if ck, err := sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Memory: true, AllowSecretsInMemory: true}); err != nil || !ck.Memory {
 		t.Errorf("memory checkpoint allowed to hold secrets: %+v, %v", ck, err)
@@ -207,15 +210,25 @@ func TestGvisorMemoryCheckpointSecrets(t *testing.T) {
 	if err := holder.Signal(ctx, "KILL"); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; ; i++ {
+	// Once the holder is gone its secret may still be in the guest's
+	// memory (it was given it to start the holder): still refused.
+	for i := 0; i < 50; i++ {
 		_, err = sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Memory: true})
-		if err == nil || !agentbox.IsFailedPrecondition(err) || i == 50 {
+		if !agentbox.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "still runs") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err != nil {
-		t.Errorf("memory checkpoint once the secret holder is gone: %v", err)
+	if !agentbox.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "since it started") {
+		t.Errorf("memory checkpoint once the secret holder is gone, its guest the same: %v; want failed_precondition: the guest handled secrets", err)
+	}
+	// A restore from the filesystem checkpoint starts a fresh guest,
+	// which never saw the secret: taken.
+	if _, err := sb.Restore(ctx, files.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Memory: true}); err != nil {
+		t.Errorf("memory checkpoint with a fresh guest: %v", err)
 	}
 	// Native has no memory checkpoints: a clear error.
 	nat := d.create(t, agentbox.SandboxSpec{})
@@ -236,4 +249,93 @@ func (d *daemon) memoryImages(t *testing.T) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// identityCmd prints a sandbox's identity, one item a line: its hostname
+// as hostname(1), the kernel and uname -n see it, its machine-id and the
+// digest of its random seed.
+const identityCmd = "hostname; cat /proc/sys/kernel/hostname; uname -n; cat /etc/machine-id; sha256sum < /var/lib/systemd/random-seed | cut -d' ' -f1; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo"
+
+// sandboxIdentity is what identityCmd printed; urandom is 16 bytes the
+// kernel's random source gave, not part of the identity but of what must
+// not repeat across forks.
+type sandboxIdentity struct{ hostnames, machineID, seed, urandom string }
+
+func identityOf(t *testing.T, sb *agentbox.Sandbox) sandboxIdentity {
+	t.Helper()
+	l := strings.Split(strings.TrimSpace(mustRun(t, sb, identityCmd)), "\n")
+	if len(l) != 6 || l[0] != l[1] || l[0] != l[2] || len(l[3]) != 32 || len(l[4]) != 64 || len(l[5]) != 32 {
+		t.Fatalf("%s: identity %q: want one hostname three times, a machine-id, a seed digest and 16 random bytes", sb.ID(), l)
+	}
+	return sandboxIdentity{hostnames: l[0], machineID: l[3], seed: l[4], urandom: l[5]}
+}
+
+// TestGvisorMemoryForkIdentity: each of three forks of a memory
+// checkpoint continues from the source's memory with an identity of its
+// own: its hostname (its id, by every name: the source's is in the
+// image's kernel state), machine-id and random seed, none the source's or
+// another fork's, although the source had read its own into the sentry's
+// caches before the checkpoint and a process of it holds its machine-id
+// open. The source keeps its own, and a restore in place keeps the
+// sandbox's own hostname.
+func TestGvisorMemoryForkIdentity(t *testing.T) {
+	requiresRunsc(t)
+	d := newDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sb := d.create(t, agentbox.SandboxSpec{Runtime: "gvisor"})
+	mustRun(t, sb, "mkdir -p /var/lib/systemd && head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /etc/machine-id && echo >> /etc/machine-id && head -c 512 /dev/urandom > /var/lib/systemd/random-seed")
+	src := identityOf(t, sb)
+	if src.hostnames != sb.ID() {
+		t.Fatalf("source's hostname %q, want its id %s", src.hostnames, sb.ID())
+	}
+	if _, err := sb.Start(ctx, api.ExecRequest{Command: "sleep 600 < /etc/machine-id"}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := sb.CheckpointWith(ctx, agentbox.CheckpointOptions{Name: "mem", Memory: true})
+	if err != nil {
+		t.Fatalf("memory checkpoint: %v\nguest log: %s", err, d.guestLog(sb.ID()))
+	}
+	forks, err := d.client.Fork(ctx, ck.ID, 3)
+	if err != nil {
+		t.Fatalf("fork ×3: %v", err)
+	}
+	seen := map[string]string{src.hostnames: sb.ID(), src.machineID: sb.ID(), src.seed: sb.ID(), src.urandom: sb.ID()}
+	for _, fk := range forks {
+		t.Cleanup(func() { _ = fk.Delete(context.WithoutCancel(ctx)) })
+		// It continues from the source's memory: the sleep runs on.
+		if out := mustRun(t, fk, "ps -o args | grep -q '^[s]leep 600' && echo running"); strings.TrimSpace(out) != "running" {
+			t.Errorf("fork %s: the source's process is not there: %q", fk.ID(), out)
+		}
+		id := identityOf(t, fk)
+		if id.hostnames != fk.ID() {
+			t.Errorf("fork %s calls itself %q", fk.ID(), id.hostnames)
+		}
+		for what, v := range map[string]string{"hostname": id.hostnames, "machine-id": id.machineID, "random seed": id.seed, "/dev/urandom output": id.urandom} {
+			if other, dup := seen[v]; dup {
+				t.Errorf("fork %s has the %s of %s (%s)", fk.ID(), what, other, v)
+			}
+			seen[v] = fk.ID()
+		}
+	}
+	if got := identityOf(t, sb); got.hostnames != src.hostnames || got.machineID != src.machineID || got.seed != src.seed {
+		t.Errorf("the source's identity changed with its forks: %+v, was %+v", got, src)
+	}
+	// A restore in place resumes the image under the sandbox's own name.
+	if _, err := sb.Restore(ctx, ck.ID); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if got := identityOf(t, sb); got.hostnames != sb.ID() {
+		t.Errorf("after a restore in place the sandbox calls itself %q, want %s", got.hostnames, sb.ID())
+	}
+}
+
+// guestLog is what the guest of sandbox id (and runsc) logged, while the
+// sandbox exists.
+func (d *daemon) guestLog(id string) string {
+	b, err := os.ReadFile(filepath.Join(d.dataDir, "sandboxes", id, "state", "guest.log"))
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }

@@ -45,8 +45,10 @@ func checkpointCmd() *cobra.Command {
 --memory also captures the sandbox's memory and processes (a backend with
 the memory-checkpoint capability: gvisor): restore and fork of the
 checkpoint continue its processes where they were. It is refused while a
-process started with secrets or a run token runs (its memory would hold
-them), unless --allow-secrets-in-memory is given.`,
+process started with secrets or a run token runs, or once the sandbox's
+guest has started one (their memory, and the guest's, would hold them),
+unless --allow-secrets-in-memory is given; a restore from a filesystem
+checkpoint gives the sandbox a fresh guest.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g := rootGlobals(cmd)
@@ -69,7 +71,7 @@ them), unless --allow-secrets-in-memory is given.`,
 	create.Flags().StringVarP(&name, "name", "n", "", "checkpoint name")
 	create.Flags().StringArrayVarP(&labels, "label", "l", nil, "label K=V (repeatable)")
 	create.Flags().BoolVar(&memory, "memory", false, "capture the sandbox's memory and processes too (gvisor)")
-	create.Flags().BoolVar(&allowSecrets, "allow-secrets-in-memory", false, "take a --memory checkpoint even while a process started with secrets runs")
+	create.Flags().BoolVar(&allowSecrets, "allow-secrets-in-memory", false, "take a --memory checkpoint even while a process started with secrets runs or after one ran")
 
 	ls := &cobra.Command{
 		Use:     "ls [SANDBOX]",

@@ -189,6 +189,11 @@ func isExecutable(p string) error {
 // start starts a process for req. sub, when not nil, is subscribed before
 // any output is produced.
 func (s *server) start(req *api.ExecRequest, sub *subscriber) (*process, error) {
+	if req.Private {
+		// Its secrets are in the guest's memory from now on, whatever
+		// becomes of the process (ActivityReply.PrivateExecs).
+		s.table.privateExecs.Add(1)
+	}
 	spec, err := s.resolveExec(req)
 	if err != nil {
 		return nil, err

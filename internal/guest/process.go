@@ -370,6 +370,10 @@ func setWinsize(f *os.File, tty api.TTY) error {
 // table holds the processes, running and recently exited.
 type table struct {
 	maxExited int
+	// privateExecs counts the private execs asked of this guest since it
+	// started (its memory may hold what they were given: the guest's
+	// buffers are not scrubbed). Never decremented.
+	privateExecs atomic.Int64
 
 	// mu guards the fields below.
 	mu     sync.Mutex

@@ -266,7 +266,9 @@ func (s *server) dispatch(c *conn, req *proto.Request) error {
 	case proto.OpProcesses:
 		return c.reply(s.table.list())
 	case proto.OpActivity:
-		return c.reply(s.activity())
+		r := s.activity()
+		r.PrivateExecs = s.table.privateExecs.Load()
+		return c.reply(r)
 	case proto.OpStdin:
 		return s.stdin(c, req)
 	case proto.OpSignal:

@@ -356,7 +356,10 @@ type MemoryRestorer interface {
 	// CheckpointMemory of any sandbox of this backend; one image may be
 	// restored any number of times, concurrently) instead of a new guest
 	// being started. spec's layers must hold the files the image was
-	// taken over (the checkpoint's). Kernel state goes with the image:
-	// the hostname is the source's, whatever spec says.
+	// taken over (the checkpoint's). Kernel state goes with the image,
+	// but for the identity: the sandbox's hostname is spec.Hostname (not
+	// the source's) when RestoreMemory returns, so that each sandbox
+	// restored from one image has its own (its files of identity are the
+	// caller's, in spec's layers: internal/identity).
 	RestoreMemory(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }

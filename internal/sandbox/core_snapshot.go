@@ -298,8 +298,8 @@ type ForkSpec struct {
 	// MemoryImage, when not "", is a memory image of the checkpoint
 	// (Handle.CheckpointMemory): the fork's processes continue from it
 	// (runtime.MemoryRestorer) instead of a new guest starting. Kernel
-	// state comes with the image: the fork's hostname inside is then the
-	// source's (its record's is its id).
+	// state comes with the image, but for the hostname, which is the
+	// fork's own (its id: the runtime.MemoryRestorer contract).
 	MemoryImage string
 }
 

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,10 +22,15 @@ import (
 // continue the processes from it on the source's backend.
 //
 // A process started with secrets or a run token (a private exec) holds
-// them in its memory: while one runs, a memory checkpoint, which would
-// copy them into the image and every fork, is refused unless the caller
-// sets AllowSecretsInMemory. Descendants a private process left behind
-// after it exited are not tracked.
+// them in its memory, and so does the guest that started it: it was
+// given them in its request, and its buffers are not scrubbed (a memory
+// image of a sandbox whose private process was long gone held the
+// secret in the guest's pages: test/TestSecretsNotInCheckpointsOrHostFilesGvisor).
+// So a memory checkpoint, which would copy them into the image and every
+// fork, is refused unless the caller sets AllowSecretsInMemory while a
+// private process runs, and also once the sandbox's guest has started
+// any (proto.ActivityReply.PrivateExecs), until the sandbox gets a fresh
+// guest (a restore from a filesystem checkpoint, a wake from hibernation).
 
 // prepareMemory checks that h may be checkpointed with its memory and
 // makes the image's directory for checkpoint cid.
@@ -46,6 +52,14 @@ func (m *Snapshots) prepareMemory(ctx context.Context, h *sandbox.Handle, req ap
 				return "", fmt.Errorf("process %d (%s) was started with secrets or a run token and still runs: its memory would be in the checkpoint and every fork of it; set allow_secrets_in_memory to take it anyway: %w",
 					p.Pid, strings.Join(p.Cmd, " "), errdefs.ErrFailedPrecondition)
 			}
+		}
+		act, err := g.Activity(ctx)
+		if err != nil && !errors.Is(err, errdefs.ErrNotImplemented) {
+			return "", fmt.Errorf("asking the guest about its private execs: %w", err)
+		}
+		if act.PrivateExecs > 0 {
+			return "", fmt.Errorf("the sandbox's guest has started %d processes with secrets or a run token since it started: its memory may still hold them, and would be in the checkpoint and every fork of it; set allow_secrets_in_memory to take it anyway (a restore from a filesystem checkpoint gives the sandbox a fresh guest): %w",
+				act.PrivateExecs, errdefs.ErrFailedPrecondition)
 		}
 	}
 	if err := os.MkdirAll(m.mem, 0o700); err != nil {

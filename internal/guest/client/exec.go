@@ -264,7 +264,7 @@ func (c *Client) Activity(ctx context.Context) (proto.ActivityReply, error) {
 	if err := c.call(ctx, &proto.Request{Op: proto.OpActivity}, &r); err != nil {
 		return proto.ActivityReply{}, err
 	}
-	if r.Processes < 0 || r.Processes > maxPid || len(r.Sample) > proto.MaxActivitySample {
+	if r.Processes < 0 || r.Processes > maxPid || len(r.Sample) > proto.MaxActivitySample || r.PrivateExecs < 0 {
 		return proto.ActivityReply{}, protoErr("activity of %d processes with %d samples", r.Processes, len(r.Sample))
 	}
 	for _, s := range r.Sample {

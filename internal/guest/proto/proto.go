@@ -191,6 +191,11 @@ type ActivityReply struct {
 	Processes int `json:"processes"`
 	// Sample describes a few of them, "PID COMM" each.
 	Sample []string `json:"sample,omitempty"`
+	// PrivateExecs is how many private execs (given secrets or a run
+	// token) this guest was asked for since it started, whether or not
+	// they still run: the guest's memory may hold what they were given
+	// (a memory checkpoint would copy it). A guest before it reports 0.
+	PrivateExecs int64 `json:"private_execs,omitempty"`
 }
 
 // MaxActivitySample bounds ActivityReply.Sample.

@@ -281,36 +281,38 @@ func claimSocket(sock, path, udir string) error {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	ctlPath := filepath.Join(filepath.Dir(udir), ctlSocket)
-	if err := os.Rename(ctl, ctlPath); err != nil {
+	if err := moveSocket(ctl, filepath.Join(filepath.Dir(udir), ctlSocket)); err != nil {
 		return fmt.Errorf("moving the guest's control socket into place: %w", err)
 	}
-	if err := os.Lchown(ctlPath, 0, 0); err != nil {
-		return err
-	}
-	if err := os.Chmod(ctlPath, 0o600); err != nil {
-		return err
-	}
-	fi, err := os.Lstat(sock)
-	if err != nil {
-		return fmt.Errorf("guest socket: %w", err)
-	}
-	if fi.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("guest socket %s is not a socket: %w", sock, errdefs.ErrInternal)
-	}
-	if err := os.Rename(sock, path); err != nil {
+	if err := moveSocket(sock, path); err != nil {
 		return fmt.Errorf("moving the guest socket into place: %w", err)
 	}
-	if err := os.Lchown(path, 0, 0); err != nil {
+	return closeDir(udir)
+}
+
+// moveSocket renames the socket from (in the socket directory, which the
+// sandbox may be able to write to) to to (in a directory of host root's)
+// and makes it host root's, 0600. What arrives at to is checked there,
+// where nothing of the sandbox can change it any more: anything but a
+// socket (a symlink to a host file, planted by a sandbox process between
+// a check in the socket directory and the rename, whose target a chmod
+// would follow) is removed unchanged, ErrPermissionDenied.
+func moveSocket(from, to string) error {
+	if err := os.Rename(from, to); err != nil {
 		return err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	fi, err := os.Lstat(to)
+	if err != nil {
 		return err
 	}
-	if err := os.Chown(udir, 0, 0); err != nil {
+	if fi.Mode()&os.ModeSocket == 0 {
+		_ = os.Remove(to)
+		return fmt.Errorf("%s is not a socket (%s): %w", from, fi.Mode().Type(), errdefs.ErrPermissionDenied)
+	}
+	if err := os.Lchown(to, 0, 0); err != nil {
 		return err
 	}
-	return os.Chmod(udir, 0o555)
+	return os.Chmod(to, 0o600)
 }
 
 // logTail is the end of the guest log, for an error message ("" when it is

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,26 @@ import (
 // created one, so the guest's first bind after the restore is claimed as
 // Create claims it. No process of the sandbox ever sees a difference but
 // the time that passed.
+//
+// A restored sandbox's hostname is its own spec's, not the image's: runsc
+// restore sets every UTS namespace of the image whose hostname no process
+// changed (sethostname) to the new bundle's (gVisor's
+// UTSNamespace.RestoreSpecValues), and no sandbox process can change the
+// sandbox's (it needs CAP_SYS_ADMIN, which none holds: a process's own
+// new UTS namespace keeps its own name). TestMemoryCheckpointRestore and
+// test/TestGvisorMemoryForkIdentity hold a runsc upgrade to it.
+//
+// The window: while the host has the socket directory open for the guest
+// to bind again, every process of the sandbox can create, remove or
+// connect to anything there. The guest serves no connection made from
+// inside the sentry (gvinit's peer.go), so a process there gets no
+// challenge it could relay; whatever the host finds there it moves out of
+// the sandbox's reach before it looks at it (claimSocket: a file that is
+// not a socket is removed untouched), and only then proves it with the
+// nonce (claimVerified), removing what fails; after maxClaims failures the
+// directory is closed and the sandbox stopped, so that it is reported lost
+// instead of running without a guest (test/TestGvisorReconnectWindowAttacks
+// attacks all of it from inside).
 
 var (
 	_ runtime.MemoryCheckpointer = (*sandbox)(nil)
@@ -51,6 +72,9 @@ const (
 	// nonceFile holds, beside runsc's image, the nonce the guest in that
 	// image answers with (claimVerified).
 	nonceFile = "agentbox-nonce"
+	// maxExchange bounds what the host reads on one connection of
+	// dialGuest: a challenge, a proof and an answer are far less.
+	maxExchange = 1024
 )
 
 // RestoreMemory implements runtime.MemoryRestorer: Create with runsc
@@ -90,6 +114,14 @@ func (s *sandbox) CheckpointMemory(ctx context.Context, dir string, frozen func(
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebindTimeout)
 		defer cancel()
 		if rerr := s.reclaim(rctx, nonce); rerr != nil {
+			// The guest is out of reach for good (what answered in its
+			// place was never talked to): the sandbox is stopped, so
+			// that it is reported lost (its Wait ends) rather than left
+			// running without a guest.
+			s.log.WarnContext(ctx, "guest lost after a memory checkpoint: stopping the sandbox", "err", rerr)
+			if kerr := s.b.deleteContainer(rctx, s.spec.ID); kerr != nil {
+				rerr = errors.Join(rerr, kerr)
+			}
 			err = errors.Join(err, fmt.Errorf("checkpointing sandbox %s: reconnecting its guest: %w", s.spec.ID, rerr))
 		}
 	}()
@@ -154,7 +186,9 @@ func dialGuest(ctx context.Context, path string) (net.Conn, *bufio.Reader, strin
 		if dl, ok := ctx.Deadline(); ok {
 			_ = c.SetDeadline(dl)
 		}
-		br := bufio.NewReader(c)
+		// What answers may be a sandbox process's socket (claimVerified):
+		// it gets no more of the host's memory than an exchange needs.
+		br := bufio.NewReader(io.LimitReader(c, maxExchange))
 		line, err := br.ReadString('\n')
 		if err != nil || len(line) != 65 {
 			c.Close()
@@ -211,9 +245,15 @@ func placeholders(udir string) error {
 // of the sandbox while the guest binds: what is found there may be
 // another process's socket, or no socket at all.
 func claimVerified(ctx context.Context, udir, sockPath, nonce string, owner uint32, done <-chan struct{}) error {
+	// A socket is there once it is a socket of the sandbox's root that
+	// answers: the sentry listens on it, so the gofer has finished binding
+	// it. (Claimed earlier, between the gofer's bind and its own open of
+	// the new file, the guest's bind fails, EIO, and leaves behind a
+	// socket nobody listens on: a claim that waits out proveTimeout.)
 	bound := func(name string) bool {
 		var st unix.Stat_t
-		return unix.Lstat(filepath.Join(udir, name), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK && st.Uid == owner
+		p := filepath.Join(udir, name)
+		return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK && st.Uid == owner && answers(p)
 	}
 	ctlPath := filepath.Join(filepath.Dir(udir), ctlSocket)
 	for attempt := 1; ; attempt++ {
@@ -226,24 +266,27 @@ func claimVerified(ctx context.Context, udir, sockPath, nonce string, owner uint
 			case <-time.After(time.Millisecond):
 			}
 		}
-		if err := claimSocket(filepath.Join(udir, gvinit.SocketName), sockPath, udir); err != nil {
-			return err
-		}
-		err := proveBoth(ctx, sockPath, ctlPath, nonce)
+		err := claimSocket(filepath.Join(udir, gvinit.SocketName), sockPath, udir)
 		if err == nil {
-			return nil
+			if err = proveBoth(ctx, sockPath, ctlPath, nonce); err == nil {
+				return nil
+			}
 		}
-		if attempt == maxClaims || ctx.Err() != nil {
-			return err
-		}
-		// A bind of the guest's that failed inside the sentry may still
-		// have left its socket file on the host, which was claimed: the
-		// guest binds both again once the directory is open.
+		// What was claimed is not the guest's (a sandbox process's
+		// socket or file, or one of a bind of the guest's that failed
+		// inside the sentry but left its file on the host): it goes, so
+		// that nothing of the host ever talks to it.
 		for _, p := range []string{sockPath, ctlPath} {
 			if rerr := os.Remove(p); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 				return errors.Join(err, rerr)
 			}
 		}
+		if attempt == maxClaims || ctx.Err() != nil || errors.Is(err, errdefs.ErrInternal) {
+			// The window closes: the guest is lost (the caller reports
+			// it so), and nothing of the sandbox binds there any more.
+			return errors.Join(err, closeDir(udir))
+		}
+		// The guest binds both again once the directory is open.
 		if cerr := os.Chown(udir, int(owner), int(owner)); cerr != nil {
 			return errors.Join(err, cerr)
 		}
@@ -251,6 +294,38 @@ func claimVerified(ctx context.Context, udir, sockPath, nonce string, owner uint
 			return errors.Join(err, cerr)
 		}
 	}
+}
+
+// closeDir gives the socket directory udir back to host root, 0555: no
+// process of the sandbox can create anything there.
+func closeDir(udir string) error {
+	if err := os.Chown(udir, 0, 0); err != nil {
+		return err
+	}
+	return os.Chmod(udir, 0o555)
+}
+
+// answers reports whether the socket at path accepts a connection (which
+// it closes at once, unused). path is in a directory the sandbox can
+// write to: it is dialled through a descriptor of what is there, opened
+// without following a symlink and checked to be a socket, so that no
+// other file of the host is ever reached.
+func answers(path string) bool {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return false
+	}
+	c, err := net.DialTimeout("unix", "/proc/self/fd/"+strconv.Itoa(fd), 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // proveBoth checks the claimed sockets (out of the sandbox's reach:

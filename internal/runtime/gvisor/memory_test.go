@@ -97,11 +97,23 @@ func TestMemoryCheckpointRestore(t *testing.T) {
 			t.Errorf("fork %s is at %d: checkpointed at %d, so between %d and %d", s.ID, n, frozenAt, frozenAt, most)
 		}
 		restored[s.ID] = s.SocketPath
+		checkHostname(t, s.SocketPath, s.ID)
 	}
+	checkHostname(t, src.SocketPath, src.ID)
 	time.Sleep(500 * time.Millisecond)
 	for id, sock := range restored {
 		if n := readCounter(t, sock); n <= frozenAt {
 			t.Errorf("fork %s did not count on: %d", id, n)
 		}
+	}
+}
+
+// checkHostname checks that the sandbox on sock calls itself want by
+// every name: hostname(1), the kernel's, uname -n.
+func checkHostname(t *testing.T, sock, want string) {
+	t.Helper()
+	out, code := runtimetest.MustExec(t, sock, "hostname; cat /proc/sys/kernel/hostname; uname -n")
+	if code != 0 || out != strings.Repeat(want+"\n", 3) {
+		t.Errorf("hostname of %s: %q (exit %d), want %s three times", want, out, code, want)
 	}
 }

@@ -332,8 +332,9 @@ class AsyncSandbox(SandboxState):
 
         memory=True also saves its memory and processes (gvisor sandboxes):
         restore and fork then continue them where they were. It is refused
-        while a process started with secrets runs, unless
-        allow_secrets_in_memory=True."""
+        while a process started with secrets runs, or once the sandbox's
+        guest has started one (until a restore from a filesystem
+        checkpoint), unless allow_secrets_in_memory=True."""
         return await self._t.do(api.sandbox_checkpoint(self.id, name, labels, memory, allow_secrets_in_memory))
 
     async def checkpoints(self) -> List[Dict[str, Any]]:

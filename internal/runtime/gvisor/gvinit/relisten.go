@@ -91,6 +91,14 @@ func (r *relistener) Accept() (net.Conn, error) {
 			r.mu.Unlock()
 			return nil, err
 		}
+		if !fromHost(c) {
+			// A sandbox process reached the socket while its name was
+			// in the sentry (the window of a rebind): never served,
+			// never challenged (peer.go).
+			r.mu.Unlock()
+			c.Close()
+			continue
+		}
 		if r.unproven {
 			nonce := r.nonce
 			r.mu.Unlock()
@@ -195,9 +203,10 @@ func listen(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-// control serves the control socket: one quiesce per bind. After a
-// quiesce it binds both sockets again as soon as the host lets it and
-// serves the next one.
+// control serves the control socket: proofs on any connection of the
+// host's, and one quiesce per bind. After a quiesce it
+// binds both sockets again as soon as the host lets it and serves the next
+// one.
 func control(r *relistener, ctl *net.UnixListener) {
 	for {
 		c, err := ctl.Accept()
@@ -208,16 +217,26 @@ func control(r *relistener, ctl *net.UnixListener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		if !fromHost(c) {
+			c.Close()
+			continue
+		}
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		r.mu.Lock()
 		cur := r.nonce
 		r.mu.Unlock()
 		cmd, err := authenticate(c, bufio.NewReader(c), cur)
-		if err == nil && strings.HasPrefix(cmd, ProveCommand) {
-			_, _ = io.WriteString(c, GuestProof(cur, strings.TrimPrefix(cmd, ProveCommand))+"\n")
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if ch, ok := strings.CutPrefix(cmd, ProveCommand); ok {
+			_, _ = io.WriteString(c, GuestProof(cur, ch)+"\n")
+			c.Close()
+			continue
 		}
 		nonce, isQuiesce := strings.CutPrefix(cmd, QuiescePrefix)
-		if err != nil || !isQuiesce || nonce == "" {
+		if !isQuiesce || nonce == "" {
 			c.Close()
 			continue
 		}
