@@ -241,8 +241,11 @@ func (b *Backend) run(ctx context.Context, spec runtime.Spec, bdir, image string
 // TestMemoryCheckpointRestore failed 5 runs in 7 on a loaded machine;
 // without it 3 in 9, and on the commit before this change 2 in 10 (the
 // sandbox exits during the checkpoint's reconnect, or a restore times
-// out): the memory checkpoint path has a race of its own, which the
-// faster poll seems to make likelier.
+// out): the memory checkpoint path had a race of its own, which the
+// faster poll seemed to make likelier. All of this was before main's
+// claim of a rebound socket waited for it to answer (the gvfork branch),
+// which fixed restores that never came back: the faster poll is worth
+// trying again on top of it.
 const guestPollMax = 20 * time.Millisecond
 
 // waitGuest waits until the guest accepts connections on sock, the
