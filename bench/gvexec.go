@@ -221,7 +221,9 @@ const gvisorBoundsText = `
   What was ours is gone: every exec used to run ` + "`runsc events --stats`" + `
   one to three times (the OOM count sampled around it, the run record's
   CPU time; 70+ ms each): the core now reads those counters from the host
-  cgroup (runtime.CounterReader).
+  cgroup (runtime.CounterReader). The rows are noisy on a loaded machine:
+  the exec on the socket may come out above the exec through the daemon,
+  which contains it.
 - **Create → first exec (target ≤ 1/3 of runsc run).** The backend logs
   the parts of every create and the bench reads them back: runsc run
   --detach (runsc create and start: the sandbox and gofer processes, the
