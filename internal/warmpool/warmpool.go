@@ -214,7 +214,10 @@ func (ps *Keeper) SetPools(ctx context.Context, sizes map[string]int) error {
 		_ = ps.setPoolSize(k, size)
 	}
 	var errs []error
-	for spelled, size := range sizes {
+	configured := map[key]int{}
+	spelling := map[key]string{}
+	for _, spelled := range slices.Sorted(maps.Keys(sizes)) {
+		size := sizes[spelled]
 		name, rt := splitKey(spelled)
 		if size < 0 || size > maxPoolSize || validate.TemplateRef(name) != nil {
 			errs = append(errs, fmt.Errorf("warm pool %q size %d: %w", spelled, size, errdefs.ErrInvalidArgument))
@@ -226,10 +229,17 @@ func (ps *Keeper) SetPools(ctx context.Context, sizes map[string]int) error {
 			continue
 		}
 		k := key{name, resolved}
-		if _, ok := saved[k]; ok {
+		if other, ok := spelling[k]; ok {
+			errs = append(errs, fmt.Errorf("warm pools %q and %q are the same pool: %w", other, spelled, errdefs.ErrInvalidArgument))
+			delete(configured, k)
 			continue
 		}
-		errs = append(errs, ps.setPoolSize(k, size))
+		configured[k], spelling[k] = size, spelled
+	}
+	for k, size := range configured {
+		if _, ok := saved[k]; !ok {
+			errs = append(errs, ps.setPoolSize(k, size))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -126,6 +126,9 @@ func TestSetPoolValidates(t *testing.T) {
 			t.Errorf("configured pool %q accepted", bad)
 		}
 	}
+	if err := k.SetPools(ctx, map[string]int{"busybox": 1, "busybox:native": 2}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("one pool configured twice (busybox, busybox:native): %v", err)
+	}
 	if got := sizes(t, k); len(got) != 0 {
 		t.Errorf("pools after refused sizes: %v", got)
 	}
