@@ -46,8 +46,8 @@ func fromPool(sb *agentbox.Sandbox) bool {
 // TestPoolGvisor: a warm pool on gvisor (--warm-pool busybox:gvisor=2)
 // fills with sandboxes paused by runsc; a create asking for gvisor claims
 // one that answers exec at once, runs under the sentry, reports backend
-// gvisor in inspect, and has an identity of its own (hostname, machine-id)
-// per claim; the pool refills. A create for the other backend is never
+// gvisor in inspect, and has an identity of its own (hostname, machine-id,
+// random seed) per claim; the pool refills. A create for the other backend is never
 // served from a pool of this one, both ways: native with only a gvisor
 // pool, gvisor with only a native pool. Deleting a claimed sandbox leaves
 // nothing on the host; a crashed daemon's pooled sandboxes are deleted by
@@ -91,18 +91,18 @@ func TestPoolGvisor(t *testing.T) {
 
 	// Two claims: each from the pool, answering exec at once, under the
 	// sentry, with an identity of its own.
-	type ident struct{ hostname, machineID string }
+	type ident struct{ hostname, machineID, seed string }
 	var ids []ident
 	var claimed []*agentbox.Sandbox
 	for range 2 {
 		sb := d.create(t, agentbox.SandboxSpec{Runtime: "gvisor", Env: map[string]string{"WHO": "claimer"}})
-		got := mustRun(t, sb, "hostname; cat /etc/machine-id; uname -r; echo $WHO")
+		got := mustRun(t, sb, "hostname; cat /etc/machine-id; uname -r; echo $WHO; md5sum < /var/lib/systemd/random-seed")
 		if !slices.Contains(pooled, sb.ID()) || !fromPool(sb) {
 			t.Fatalf("gvisor create %s did not come from the pool %v", sb.ID(), pooled)
 		}
 		lines := strings.Split(strings.TrimSpace(got), "\n")
-		if len(lines) != 4 || lines[0] != sb.ID() || len(lines[1]) != 32 || !strings.Contains(lines[2], "gvisor") || lines[3] != "claimer" {
-			t.Fatalf("claimed %s: hostname, machine-id, kernel, env = %q", sb.ID(), got)
+		if len(lines) != 5 || lines[0] != sb.ID() || len(lines[1]) != 32 || !strings.Contains(lines[2], "gvisor") || lines[3] != "claimer" || len(lines[4]) < 32 {
+			t.Fatalf("claimed %s: hostname, machine-id, kernel, env, random seed digest = %q", sb.ID(), got)
 		}
 		if sb.Info().Backend != "gvisor" || sb.Info().State != api.StateRunning {
 			t.Fatalf("claimed %s: %s on %q", sb.ID(), sb.Info().State, sb.Info().Backend)
@@ -115,10 +115,10 @@ func TestPoolGvisor(t *testing.T) {
 		if st := d.runscStatus(t, runsc, sb.ID()); st != "running" {
 			t.Fatalf("claimed %s is %q in runsc, want running", sb.ID(), st)
 		}
-		ids = append(ids, ident{lines[0], lines[1]})
+		ids = append(ids, ident{lines[0], lines[1], lines[4]})
 		claimed = append(claimed, sb)
 	}
-	if ids[0].hostname == ids[1].hostname || ids[0].machineID == ids[1].machineID {
+	if ids[0].hostname == ids[1].hostname || ids[0].machineID == ids[1].machineID || ids[0].seed == ids[1].seed {
 		t.Fatalf("two claims share an identity: %+v", ids)
 	}
 	if tl, err := claimed[0].Transitions(ctx); err != nil || len(tl) != 1 {
