@@ -36,8 +36,8 @@ import (
 //     tenant's quotas, then asks each CreateInterceptor, in registration
 //     order, whether it can supply the sandbox; the pool of that template
 //     and backend takes one of its sandboxes and calls HandOut, which
-//     refuses a sandbox of another backend. The first interceptor that answers wins; when none
-//     does the core creates the sandbox itself.
+//     refuses a sandbox of another backend. The first interceptor that
+//     answers wins; when none does the core creates the sandbox itself.
 //  3. The pool shrinks or the daemon stops: DeleteHidden.
 
 // CreateInterceptor is an Extension that may serve a create request with
@@ -49,10 +49,11 @@ type CreateInterceptor interface {
 	// resolved (req.Runtime is the name of the backend the sandbox must
 	// run on, never ""), and the sandbox admitted against the caller's
 	// quotas, whether it supplies the sandbox, which must run on
-	// req.Runtime (HandOut refuses one of another backend). It returns the sandbox (made by HiddenCore.HandOut) and
-	// true, or false when the core must create the sandbox itself; it
-	// cannot fail the create. It runs without any sandbox's lock held and
-	// may be called concurrently.
+	// req.Runtime (HandOut refuses one of another backend). It returns
+	// the sandbox (made by HiddenCore.HandOut) and true, or false when
+	// the core must create the sandbox itself; it cannot fail the create.
+	// It runs without any sandbox's lock held and may be called
+	// concurrently.
 	InterceptCreate(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template) (api.Sandbox, bool)
 }
 
@@ -75,11 +76,11 @@ type HiddenCore interface {
 	// cannot run on this host.
 	ResolveRuntime(ctx context.Context, template, asked string) (string, error)
 	// CreateHidden creates a hidden sandbox of template tmpl as req asks
-	// (its backend, resources, environment, hostname), recorded as held by holder
-	// (not ""); then it runs setup (nil: none) on the running sandbox,
-	// without its lock held (no one else can reach it), and pauses it
-	// (cause api.CausePool) unless the backend cannot freeze, which leaves
-	// it running. Nothing admits it against a tenant's quotas and no
+	// (its backend, resources, environment, hostname), recorded as held
+	// by holder (not ""); then it runs setup (nil: none) on the running
+	// sandbox, without its lock held (no one else can reach it), and
+	// pauses it (cause api.CausePool) unless the backend cannot freeze,
+	// which leaves it running. Nothing admits it against a tenant's quotas and no
 	// PrepareHook sees req; the start and create hooks run as for any
 	// create. On error (setup's included) nothing of it is left.
 	CreateHidden(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template, holder string, setup func(context.Context, *Handle) error) (*Handle, error)
