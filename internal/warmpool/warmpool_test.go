@@ -252,3 +252,30 @@ func TestInterceptCreateDeclines(t *testing.T) {
 		t.Errorf("set pool after drain: %v, want unavailable", err)
 	}
 }
+
+// FuzzPoolsFile: whatever pools.json holds, load neither panics nor
+// invents a pool without a backend, and every key it returns is written
+// back as the same key (TEMPLATE:RUNTIME splits into it again).
+func FuzzPoolsFile(f *testing.F) {
+	for _, s := range []string{`{"busybox":3}`, `{"busybox:gvisor":1,"sentried":2}`, `{"a:b:c":1}`, `{":":1}`, `{"x:absent":1}`, `[]`, `{"busybox":"x"}`, ``} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "pools.json"), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		k := New(Config{DataDir: dir})
+		if err := k.Provision(fakeCore{}); err != nil {
+			t.Fatal(err)
+		}
+		for key := range k.load(context.Background()) {
+			if key.runtime == "" {
+				t.Fatalf("%q: pool %+v without a backend", data, key)
+			}
+			if name, rt := splitKey(key.String()); name != key.template || rt != key.runtime {
+				t.Fatalf("%q: key %+v is written as %q, read back as %q %q", data, key, key.String(), name, rt)
+			}
+		}
+	})
+}
