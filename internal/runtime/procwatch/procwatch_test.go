@@ -1,0 +1,174 @@
+package procwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// sleeper starts a process that runs until the test kills it, and waits
+// for it when the test ends.
+func sleeper(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	return cmd
+}
+
+func requiresPidfd(t *testing.T) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(os.Getpid(), unix.PIDFD_NONBLOCK)
+	testutil.Requires(t, err == nil, fmt.Sprintf("pidfd_open (Linux 5.3+): %v", err))
+	unix.Close(fd)
+}
+
+// A signal arriving while the watcher polls a re-adopted process's pidfd
+// (EINTR, even with a zero timeout) must not be taken for its exit: the
+// Manager would record a live sandbox stopped and reap it at the next
+// start.
+func TestWatchIgnoresEINTR(t *testing.T) {
+	requiresPidfd(t)
+	cmd := sleeper(t)
+	var interrupted atomic.Int32
+	poll = func(fds []unix.PollFd, timeout int) (int, error) {
+		if interrupted.Add(1) <= 3 {
+			return -1, unix.EINTR
+		}
+		return unix.Poll(fds, timeout)
+	}
+	// The watcher reads poll until the process exits, which the test
+	// waits for below.
+	defer func() { poll = unix.Poll }()
+
+	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := Watch(pidfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+		t.Fatalf("watcher reported the exit of a running process (poll interrupted %d times)", interrupted.Load())
+	case <-time.After(200 * time.Millisecond):
+	}
+	if interrupted.Load() < 3 {
+		t.Fatalf("poll was called %d times, want at least 3", interrupted.Load())
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("watcher missed the exit")
+	}
+}
+
+// Open adopts the process its state names and nothing else: a start time
+// that is not the process's (the pid reused by another process) and a pid
+// that runs nothing are ErrNotFound. A Process is watched once, and its
+// Close after Watch leaves the watched pidfd alone.
+func TestOpen(t *testing.T) {
+	requiresPidfd(t)
+	cmd := sleeper(t)
+	pid := cmd.Process.Pid
+	start, err := StartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(pid, start+1); !errdefs.IsNotFound(err) {
+		t.Errorf("Open with another start time = %v, want ErrNotFound", err)
+	}
+	if _, err := Open(1<<22+1, start); !errdefs.IsNotFound(err) {
+		t.Errorf("Open of a pid that runs nothing = %v, want ErrNotFound", err)
+	}
+	p, err := Open(pid, start)
+	if err != nil {
+		t.Fatalf("Open of the process itself: %v", err)
+	}
+	done, err := p.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if _, err := p.Watch(); err == nil {
+		t.Error("a second Watch succeeded")
+	}
+	if got := Status(done); got != runtime.StatusRunning {
+		t.Errorf("Status of a running process = %s", got)
+	}
+	if err := WaitExit(t.Context(), done, 50*time.Millisecond); !errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		t.Errorf("WaitExit of a running process = %v, want ErrDeadlineExceeded", err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitExit(t.Context(), done, 10*time.Second); err != nil {
+		t.Fatalf("WaitExit after the kill: %v (the watched pidfd was closed under the watcher?)", err)
+	}
+	if got := Status(done); got != runtime.StatusStopped {
+		t.Errorf("Status of an exited process = %s", got)
+	}
+	// A cancelled ctx ends the wait as the timeout does.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := WaitExit(ctx, make(chan struct{}), time.Hour); !errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		t.Errorf("WaitExit with a cancelled ctx = %v, want ErrDeadlineExceeded", err)
+	}
+}
+
+func TestStartTime(t *testing.T) {
+	a, err := StartTime(os.Getpid())
+	if err != nil || a == 0 {
+		t.Fatalf("StartTime(self) = %d, %v", a, err)
+	}
+	if _, err := StartTime(1 << 30); err == nil {
+		t.Error("StartTime of a missing pid succeeded")
+	}
+	// comm may hold spaces and parentheses.
+	stat := "42 (a) b (c) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 0 0"
+	if n, err := parseStartTime([]byte(stat)); err != nil || n != 12345 {
+		t.Errorf("parseStartTime(%q) = %d, %v; want 12345", stat, n, err)
+	}
+	for _, bad := range []string{"", "42 no parenthesis", "42 (x) S 1 2", "42 (x) S 1 42 42 0 -1 4 1 0 0 0 0 0 0 0 20 0 1 0 -7 0"} {
+		if n, err := parseStartTime([]byte(bad)); err == nil {
+			t.Errorf("parseStartTime(%q) = %d, want an error", bad, n)
+		}
+	}
+}
+
+// FuzzParseStartTime: any line is parsed without a panic, and a field 22
+// written after any comm is read back.
+func FuzzParseStartTime(f *testing.F) {
+	f.Add([]byte("1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 7 0"), uint64(7))
+	f.Add([]byte("9 ((x) y)) R"), uint64(0))
+	f.Fuzz(func(t *testing.T, stat []byte, start uint64) {
+		_, _ = parseStartTime(stat)
+		line := "9 (" + string(stat) + ") S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 " + strconv.FormatUint(start, 10) + " 0"
+		if n, err := parseStartTime([]byte(line)); err != nil || n != start {
+			t.Fatalf("parseStartTime(%q) = %d, %v; want %d", line, n, err, start)
+		}
+	})
+}
