@@ -45,16 +45,26 @@ func loadSpec(t *testing.T) openAPIDoc {
 	return doc
 }
 
+// schemaOf returns the type of v (a wire struct value) and the schema of
+// its name; without one it fails t and returns false.
+func schemaOf(t *testing.T, doc openAPIDoc, v any) (reflect.Type, schema, bool) {
+	t.Helper()
+	rt := reflect.TypeOf(v)
+	s, ok := doc.Components.Schemas[rt.Name()]
+	if !ok {
+		t.Errorf("schema %s missing", rt.Name())
+	}
+	return rt, s, ok
+}
+
 // checkSchemaFields fails t unless each of types (wire struct values) has
 // a schema of its name whose properties are its JSON fields (jsonFields),
 // no more and no fewer.
 func checkSchemaFields(t *testing.T, doc openAPIDoc, types ...any) {
 	t.Helper()
 	for _, v := range types {
-		rt := reflect.TypeOf(v)
-		s, ok := doc.Components.Schemas[rt.Name()]
+		rt, s, ok := schemaOf(t, doc, v)
 		if !ok {
-			t.Errorf("schema %s missing", rt.Name())
 			continue
 		}
 		fields := jsonFields(rt)
@@ -132,10 +142,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	timeType := reflect.TypeOf(time.Time{})
 	rawJSONType := reflect.TypeOf(json.RawMessage(nil))
 	for _, v := range types {
-		rt := reflect.TypeOf(v)
-		s, ok := doc.Components.Schemas[rt.Name()]
+		rt, s, ok := schemaOf(t, doc, v)
 		if !ok {
-			t.Errorf("schema %s missing", rt.Name())
 			continue
 		}
 		seen := map[string]bool{}

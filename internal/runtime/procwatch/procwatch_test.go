@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -17,23 +16,6 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
-
-// sleeper starts a process that runs until the test kills it, and waits
-// for it when the test ends.
-func sleeper(t *testing.T) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	return cmd
-}
 
 func requiresPidfd(t *testing.T) {
 	t.Helper()
@@ -48,7 +30,7 @@ func requiresPidfd(t *testing.T) {
 // start.
 func TestWatchIgnoresEINTR(t *testing.T) {
 	requiresPidfd(t)
-	cmd := sleeper(t)
+	proc, _ := testutil.Sleeper(t)
 	var interrupted atomic.Int32
 	poll = func(fds []unix.PollFd, timeout int) (int, error) {
 		if interrupted.Add(1) <= 3 {
@@ -60,7 +42,7 @@ func TestWatchIgnoresEINTR(t *testing.T) {
 	// waits for below.
 	defer func() { poll = unix.Poll }()
 
-	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, unix.PIDFD_NONBLOCK)
+	pidfd, err := unix.PidfdOpen(proc.Pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +58,7 @@ func TestWatchIgnoresEINTR(t *testing.T) {
 	if interrupted.Load() < 3 {
 		t.Fatalf("poll was called %d times, want at least 3", interrupted.Load())
 	}
-	if err := cmd.Process.Kill(); err != nil {
+	if err := proc.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -92,8 +74,8 @@ func TestWatchIgnoresEINTR(t *testing.T) {
 // Close after Watch leaves the watched pidfd alone.
 func TestOpen(t *testing.T) {
 	requiresPidfd(t)
-	cmd := sleeper(t)
-	pid := cmd.Process.Pid
+	proc, _ := testutil.Sleeper(t)
+	pid := proc.Pid
 	start, err := StartTime(pid)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +104,7 @@ func TestOpen(t *testing.T) {
 	if err := WaitExit(t.Context(), done, 50*time.Millisecond); !errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		t.Errorf("WaitExit of a running process = %v, want ErrDeadlineExceeded", err)
 	}
-	if err := cmd.Process.Kill(); err != nil {
+	if err := proc.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	if err := WaitExit(t.Context(), done, 10*time.Second); err != nil {
