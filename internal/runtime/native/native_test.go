@@ -114,9 +114,7 @@ func leftovers(t *testing.T, id string) []string {
 
 func TestCapabilities(t *testing.T) {
 	b, err := New(Config{})
-	if err != nil {
-		t.Skipf("no cgroups: %v", err)
-	}
+	testutil.Requires(t, err == nil, fmt.Sprintf("a native backend (cgroups): %v", err))
 	c := b.Capabilities()
 	for _, f := range []string{runtime.CapUserNamespaces, runtime.CapCgroups, runtime.CapSeccomp, runtime.CapNetworkNone, runtime.CapPause, runtime.CapStats} {
 		if !c.Has(f) {
