@@ -156,7 +156,7 @@ func testLogger() *slog.Logger {
 func TestNewRemovesPartialZygoteCgroups(t *testing.T) {
 	testutil.RequiresRoot(t)
 	if cgroupMode() == "v2" {
-		t.Skip("zygotes are kept on cgroup v1 hierarchies only")
+		testutil.NotApplicable(t, "zygotes are kept on cgroup v1 hierarchies only")
 	}
 	roots := newBackendTB(t).hierarchyRoots()
 	testutil.Requires(t, len(roots) >= 2, fmt.Sprintf("at least 2 cgroup v1 hierarchies (found %d)", len(roots)))
