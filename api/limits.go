@@ -46,20 +46,26 @@ type DiskUsage struct {
 	TotalInodes int64 `json:"total_inodes"`
 }
 
-// Warm pools: a template's pool keeps Size sandboxes created and paused; a
-// create of that template with default resources claims one (its id and
-// hostname were allocated when it was pooled; the claim writes a fresh
-// /etc/machine-id and random seed) and the pool refills in the background.
-// Pooled sandboxes are not listed until claimed.
+// Warm pools: a pool keeps Size sandboxes of a template created on one
+// backend (Runtime) and paused; a create of that template that runs on
+// that backend, with default resources, claims one (its id, hostname,
+// /etc/machine-id and random seed were its own from when it was pooled)
+// and the pool refills in the background. A template may have a pool per
+// backend. Pooled sandboxes are not listed until claimed.
 
 // PoolRequest is the body of PUT /v1/templates/{name}/pool.
 type PoolRequest struct {
 	Size int `json:"size"` // 0 removes the pool
+	// Runtime is the backend of the pool's sandboxes (Sandbox.Backend);
+	// "": the one a create of the template naming none runs on (the
+	// template's runtime, else the daemon's default).
+	Runtime string `json:"runtime,omitempty"`
 }
 
-// Pool is the state of one template's warm pool.
+// Pool is the state of one warm pool: a template's on one backend.
 type Pool struct {
 	Template string `json:"template"`
+	Runtime  string `json:"runtime"` // the backend its sandboxes run on
 	Size     int    `json:"size"`    // target
 	Ready    int    `json:"ready"`   // paused, claimable now
 	Filling  int    `json:"filling"` // being created

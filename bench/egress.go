@@ -45,33 +45,18 @@ func init() {
 
 // egressTargets are the absolute targets for the egress rows.
 func egressTargets(results []result) []ratioLine {
-	by := map[string]result{}
-	for _, r := range results {
-		by[r.Key] = r
-	}
-	ok := func(k string) bool { r, found := by[k]; return found && r.Skip == "" && r.N > 0 }
-	lat := ratioLine{ratio: ratio{Label: "egress added latency p50, intercepted − direct (ms)", Target: 1, Max: true}}
-	if ok(keyEgressIntercept) && ok(keyEgressDirect) {
-		lat.Value = float64(by[keyEgressIntercept].Median-by[keyEgressDirect].Median) / float64(time.Millisecond)
-		lat.Status = status(lat.Value <= lat.Target)
-	} else {
-		lat.Status = "not measured"
-	}
-	tun := ratioLine{ratio: ratio{Label: "egress added latency p50, tunnelled − direct (ms)"}}
-	if ok(keyEgressTunnelled) && ok(keyEgressDirect) {
-		tun.Value = float64(by[keyEgressTunnelled].Median-by[keyEgressDirect].Median) / float64(time.Millisecond)
-		tun.Status = "info"
-	} else {
-		tun.Status = "not measured"
-	}
 	thr := ratioLine{ratio: ratio{Label: "egress CONNECT tunnel throughput, median (MB/s)", Target: 500}}
-	if ok(keyEgressStream) {
-		thr.Value = float64(egressStreamBytes) / 1e6 / by[keyEgressStream].Median.Seconds()
+	if r, ok := measuredByKey(results)[keyEgressStream]; ok {
+		thr.Value = float64(egressStreamBytes) / 1e6 / r.Median.Seconds()
 		thr.Status = status(thr.Value >= thr.Target)
 	} else {
 		thr.Status = "not measured"
 	}
-	return []ratioLine{lat, tun, thr}
+	return []ratioLine{
+		addedLatency(results, ratio{Label: "egress added latency p50, intercepted − direct (ms)", Num: keyEgressIntercept, Den: keyEgressDirect, Target: 1, Max: true}),
+		addedLatency(results, ratio{Label: "egress added latency p50, tunnelled − direct (ms)", Num: keyEgressTunnelled, Den: keyEgressDirect}),
+		thr,
+	}
 }
 
 func status(met bool) string {
@@ -122,28 +107,20 @@ func measureEgress(ctx context.Context, b *bench, root, bin, template string, bu
 	tun := "https://tunnel.bench.test:" + strconv.Itoa(f.apiPort) + "/"
 	n, w := strconv.Itoa(b.n), strconv.Itoa(max(b.warmup, 3))
 
-	var out []result
-	say := func(r result) {
-		st := "ok"
-		if r.Skip != "" {
-			st = "skipped: " + firstLine(r.Skip)
-		}
-		fmt.Fprintf(os.Stderr, "bench: %-20s %s\n", r.Key, st)
-		out = append(out, r)
-	}
+	var out collector
 	// Direct: the same client on the host, dialling the upstream itself.
 	cmd := exec.CommandContext(ctx, f.client, "latency", apiURL, n, w)
 	cmd.Env = []string{"SSL_CERT_FILE=" + f.upCAFile, "EGRESSCLIENT_DIAL=127.0.0.2:" + strconv.Itoa(f.apiPort)}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	o, err := cmd.Output()
-	say(samplesResult(keyEgressDirect, directName, "host process, "+note, o, err, stderr.String()))
+	out.add(samplesResult(keyEgressDirect, directName, "host process, "+note, o, err, stderr.String()))
 	o, err = f.execOut(ctx, "egressclient", "latency", tun, n, w)
-	say(samplesResult(keyEgressTunnelled, tunnelledName, note+"; the tunnelled destination presents its own certificate", o, err, ""))
+	out.add(samplesResult(keyEgressTunnelled, tunnelledName, note+"; the tunnelled destination presents its own certificate", o, err, ""))
 	o, err = f.execOut(ctx, "egressclient", "latency", apiURL, n, w)
-	say(samplesResult(keyEgressIntercept, interceptName, note+"; TLS terminated with the sandbox CA, Authorization injected, response scrubbed", o, err, ""))
+	out.add(samplesResult(keyEgressIntercept, interceptName, note+"; TLS terminated with the sandbox CA, Authorization injected, response scrubbed", o, err, ""))
 	o, err = f.execOut(ctx, "egressclient", "throughput", "sink.bench.test:"+strconv.Itoa(f.sinkPort), strconv.Itoa(egressStreamBytes), n, w)
-	say(samplesResult(keyEgressStream, streamName, "CONNECT, write 64 MiB in 256 KiB writes, half-close, wait for the sink's 1-byte ack; the sandbox has 1 CPU", o, err, ""))
+	out.add(samplesResult(keyEgressStream, streamName, "CONNECT, write 64 MiB in 256 KiB writes, half-close, wait for the sink's 1-byte ack; the sandbox has 1 CPU", o, err, ""))
 	return out
 }
 
@@ -180,11 +157,8 @@ func setupEgressFixture(ctx context.Context, root, bin, template string, buildTi
 		return nil, err
 	}
 	f.client = filepath.Join(f.dir, "egressclient")
-	build := exec.CommandContext(ctx, "go", "build", "-o", f.client, "./bench/egressclient")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if o, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building bench/egressclient: %v: %s", err, o)
+	if err := goBuild(ctx, root, "./bench/egressclient", f.client); err != nil {
+		return nil, err
 	}
 
 	// Upstreams: HTTPS with a certificate of a private CA, and a sink.
@@ -236,10 +210,7 @@ func setupEgressFixture(ctx context.Context, root, bin, template string, buildTi
 	if f.daemon, err = startDaemon(ctx, bin, ""); err != nil {
 		return nil, err
 	}
-	bctx, cancel := context.WithTimeout(ctx, buildTimeout)
-	err = f.daemon.buildTemplate(bctx, template)
-	cancel()
-	if err != nil {
+	if err := f.daemon.buildTemplateWithin(ctx, template, buildTimeout); err != nil {
 		return nil, err
 	}
 	if err := f.daemon.raw(ctx, http.MethodPut, "/v1/secrets/bench", []byte(egressSecret), http.StatusOK); err != nil {
@@ -270,11 +241,7 @@ func setupEgressFixture(ctx context.Context, root, bin, template string, buildTi
 		return nil, err
 	}
 	f.sandboxID = sb.ID
-	clientBin, err := os.ReadFile(f.client)
-	if err != nil {
-		return nil, err
-	}
-	if err := f.daemon.raw(ctx, http.MethodPut, "/v1/sandboxes/"+sb.ID+"/files?mode=0755&parents=true&path="+url.QueryEscape("/usr/local/bin/egressclient"), clientBin, http.StatusOK); err != nil {
+	if err := f.daemon.install(ctx, sb.ID, f.client, "/usr/local/bin/egressclient"); err != nil {
 		return nil, err
 	}
 	// The upstream's CA stands in for a public root in the image's trust

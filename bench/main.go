@@ -42,7 +42,7 @@ func mainErr() error {
 		agentbox = flag.Bool("agentbox", true, "measure agentbox")
 		core     = flag.Bool("core", true, "with -agentbox: measure create→first exec and the exec round trip")
 		egressB  = flag.Bool("egress", true, "measure the egress proxy (needs -agentbox's binary)")
-		poolB    = flag.Bool("pool", true, "measure warm-pool claims (needs -agentbox's binary)")
+		poolB    = flag.Bool("pool", true, "measure warm-pool claims (needs -agentbox's binary; with -gvisor, from a gvisor pool too)")
 		svcB     = flag.Bool("serviceurl", true, "measure the service URL proxy against the same request from inside (needs -agentbox's binary)")
 		gvisorB  = flag.Bool("gvisor", true, "measure runsc run and agentbox on its gvisor backend (needs runsc: scripts/install-deps.sh)")
 		gvMem    = flag.Bool("gvisor-memory", true, "with -gvisor: memory checkpoint, restore and fork ×10 of a python3 process holding 50 MB (builds the debian template: mmdebstrap)")
@@ -96,7 +96,7 @@ func mainErr() error {
 			results = append(results, measureEgress(ctx, b, root, abin, *template, *buildTO)...)
 		}
 		if *poolB {
-			results = append(results, measurePool(ctx, b, abin, *template, *buildTO)...)
+			results = append(results, measurePool(ctx, b, abin, *template, *buildTO, *gvisorB)...)
 		}
 		if *svcB {
 			results = append(results, measureServiceURL(ctx, b, root, abin, *template, *buildTO)...)

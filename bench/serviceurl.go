@@ -8,9 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -38,19 +36,7 @@ func init() {
 
 // serviceTargets is the target for the proxy: ≤ 1 ms added p50.
 func serviceTargets(results []result) []ratioLine {
-	by := map[string]result{}
-	for _, r := range results {
-		by[r.Key] = r
-	}
-	ok := func(k string) bool { r, found := by[k]; return found && r.Skip == "" && r.N > 0 }
-	l := ratioLine{ratio: ratio{Label: "service URL proxy added latency p50, proxied − inside (ms)", Target: 1, Max: true}}
-	if ok(keyServiceProxy) && ok(keyServiceInside) {
-		l.Value = float64(by[keyServiceProxy].Median-by[keyServiceInside].Median) / float64(time.Millisecond)
-		l.Status = status(l.Value <= l.Target)
-	} else {
-		l.Status = "not measured"
-	}
-	return []ratioLine{l}
+	return []ratioLine{addedLatency(results, ratio{Label: "service URL proxy added latency p50, proxied − inside (ms)", Num: keyServiceProxy, Den: keyServiceInside, Target: 1, Max: true})}
 }
 
 func measureServiceURL(ctx context.Context, b *bench, root, bin, template string, buildTimeout time.Duration) []result {
@@ -67,11 +53,8 @@ func measureServiceURL(ctx context.Context, b *bench, root, bin, template string
 	}
 	defer os.RemoveAll(dir)
 	helper := filepath.Join(dir, "svcecho")
-	build := exec.CommandContext(ctx, "go", "build", "-o", helper, "./test/testdata/svcecho")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if o, err := build.CombinedOutput(); err != nil {
-		return skipAll(fmt.Sprintf("building test/testdata/svcecho: %v: %s", err, o))
+	if err := goBuild(ctx, root, "./test/testdata/svcecho", helper); err != nil {
+		return skipAll(err.Error())
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -90,10 +73,7 @@ func measureServiceURL(ctx context.Context, b *bench, root, bin, template string
 		return skipAll(err.Error())
 	}
 	defer d.stop()
-	bctx, cancel := context.WithTimeout(ctx, buildTimeout)
-	err = d.buildTemplate(bctx, template)
-	cancel()
-	if err != nil {
+	if err := d.buildTemplateWithin(ctx, template, buildTimeout); err != nil {
 		return skipAll(err.Error())
 	}
 	id, err := d.create(ctx, template)
@@ -101,11 +81,7 @@ func measureServiceURL(ctx context.Context, b *bench, root, bin, template string
 		return skipAll(err.Error())
 	}
 	f := &egressFixture{daemon: d, sandboxID: id} // for execOut
-	bin2, err := os.ReadFile(helper)
-	if err != nil {
-		return skipAll(err.Error())
-	}
-	if err := d.raw(ctx, http.MethodPut, "/v1/sandboxes/"+id+"/files?mode=0755&parents=true&path="+url.QueryEscape("/usr/local/bin/svcecho"), bin2, http.StatusOK); err != nil {
+	if err := d.install(ctx, id, helper, "/usr/local/bin/svcecho"); err != nil {
 		return skipAll(err.Error())
 	}
 	resp, err := d.do(ctx, http.MethodPost, "/v1/sandboxes/"+id+"/exec", api.ExecRequest{Cmd: []string{"svcecho", "serve", strconv.Itoa(servicePort)}, Background: true})
@@ -135,24 +111,16 @@ func measureServiceURL(ctx context.Context, b *bench, root, bin, template string
 		return skipAll(fmt.Sprintf("expose: %v (status %d)", err, resp.StatusCode))
 	}
 	note := "test/testdata/svcecho serving an 18-byte body; per-request times measured by the client, first requests (connection set-up) are warm-up"
-	var out []result
-	say := func(r result) {
-		st := "ok"
-		if r.Skip != "" {
-			st = "skipped: " + firstLine(r.Skip)
-		}
-		fmt.Fprintf(os.Stderr, "bench: %-20s %s\n", r.Key, st)
-		out = append(out, r)
-	}
+	var out collector
 	w := max(b.warmup, 3)
 	o, err := f.execOut(ctx, "svcecho", "bench", inside, strconv.Itoa(b.n+w))
-	say(samplesResult(keyServiceInside, insideName, "client inside the sandbox, one exec; "+note, dropLines(o, w), err, ""))
+	out.add(samplesResult(keyServiceInside, insideName, "client inside the sandbox, one exec; "+note, dropLines(o, w), err, ""))
 	samples, err := timeGets(ctx, "http://"+addr+x.Path+"hello", x.Token, b.n+w)
 	var buf bytes.Buffer
 	for _, s := range samples[min(w, len(samples)):] {
 		fmt.Fprintln(&buf, s.Nanoseconds())
 	}
-	say(samplesResult(keyServiceProxy, proxyName, "host client, path-based URL on the TCP listener, X-Agentbox-Token; "+note, buf.Bytes(), err, ""))
+	out.add(samplesResult(keyServiceProxy, proxyName, "host client, path-based URL on the TCP listener, X-Agentbox-Token; "+note, buf.Bytes(), err, ""))
 	for i := range out {
 		out[i].Group = groupService
 	}

@@ -25,55 +25,72 @@ func benchSandbox(b *testing.B, d *daemon, mib int) *agentbox.Sandbox {
 
 func BenchmarkCheckpoint(b *testing.B) {
 	d := newDaemon(b)
-	ctx := context.Background()
 	for _, mib := range changeSizes {
 		b.Run(fmt.Sprintf("%dMB", mib), func(b *testing.B) {
-			sb := benchSandbox(b, d, mib)
 			b.SetBytes(int64(mib) << 20)
-			b.ResetTimer()
-			for i := range b.N {
-				// A new byte each round: a new layer, never a cache hit.
-				b.StopTimer()
-				mustRun(b, sb, fmt.Sprintf("echo %d > /root/round", i))
-				b.StartTimer()
-				ck, err := sb.Checkpoint(ctx, "bench")
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(ck.DurationMS), "frozen-ms")
-				if err := d.client.DeleteCheckpoint(ctx, ck.ID); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
+			benchCheckpoint(b, d, mib)
 		})
 	}
 }
 
 func BenchmarkRestore(b *testing.B) {
 	d := newDaemon(b)
-	ctx := context.Background()
 	for _, mib := range changeSizes {
 		b.Run(fmt.Sprintf("%dMB", mib), func(b *testing.B) {
-			sb := benchSandbox(b, d, mib)
-			ck, err := sb.Checkpoint(ctx, "bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for range b.N {
-				b.StopTimer()
-				mustRun(b, sb, "rm -rf /root/w /bin/ls")
-				b.StartTimer()
-				if _, err := sb.Restore(ctx, ck.ID); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			mustRun(b, sb, "test -e /root/w/f1 && test -e /bin/ls")
+			benchRestore(b, d, mib)
 		})
 	}
+}
+
+// benchCheckpoint times b.N checkpoints of a sandbox of d with mib MiB
+// written (benchSandbox), deleting each checkpoint untimed, and returns
+// the sandbox with the timer stopped.
+func benchCheckpoint(b *testing.B, d *daemon, mib int) *agentbox.Sandbox {
+	ctx := context.Background()
+	sb := benchSandbox(b, d, mib)
+	b.ResetTimer()
+	for i := range b.N {
+		// A new byte each round: a new layer, never a cache hit.
+		b.StopTimer()
+		mustRun(b, sb, fmt.Sprintf("echo %d > /root/round", i))
+		b.StartTimer()
+		ck, err := sb.Checkpoint(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(ck.DurationMS), "frozen-ms")
+		if err := d.client.DeleteCheckpoint(ctx, ck.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	return sb
+}
+
+// benchRestore times b.N restores of a checkpoint of a sandbox of d with
+// mib MiB written, each after an untimed change to undo, checks the last
+// restore took, and returns the sandbox with the timer stopped.
+func benchRestore(b *testing.B, d *daemon, mib int) *agentbox.Sandbox {
+	ctx := context.Background()
+	sb := benchSandbox(b, d, mib)
+	ck, err := sb.Checkpoint(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		mustRun(b, sb, "rm -rf /root/w /bin/ls")
+		b.StartTimer()
+		if _, err := sb.Restore(ctx, ck.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	mustRun(b, sb, "test -e /root/w/f1 && test -e /bin/ls")
+	return sb
 }
 
 // BenchmarkForkTen and BenchmarkCreateOne compare ten forks of a checkpoint

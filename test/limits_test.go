@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/testutil"
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
@@ -138,7 +140,7 @@ func TestLimitsDiskQuota(t *testing.T) {
 	switch m := agentboxInfo(t, d).DiskQuota; m {
 	case api.DiskQuotaLoopExt4:
 	case api.DiskQuotaXFSProject:
-		t.Skipf("%s is on XFS with prjquota: disk quotas are %s here (TestLimitsDiskQuotaXFSProject)", d.dataDir, m)
+		testutil.NotApplicable(t, fmt.Sprintf("%s is on XFS with prjquota: disk quotas are %s here (TestLimitsDiskQuotaXFSProject)", d.dataDir, m))
 	default:
 		t.Fatalf("agentbox info: disk_quota %q, want %s", m, api.DiskQuotaLoopExt4)
 	}

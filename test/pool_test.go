@@ -14,22 +14,30 @@ import (
 	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
-// waitPool waits until template's pool has ready sandboxes ready.
+// waitPool waits until template's pool on the default backend (native)
+// has ready sandboxes ready.
 func waitPool(t testing.TB, c *agentbox.Client, template string, ready int) api.Pool {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	return waitPoolOn(t, c, template, "native", ready, time.Minute)
+}
+
+// waitPoolOn waits up to limit until template's pool on backend rt has
+// ready sandboxes ready.
+func waitPoolOn(t testing.TB, c *agentbox.Client, template, rt string, ready int, limit time.Duration) api.Pool {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for {
 		pools, err := c.Pools(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range pools {
-			if p.Template == template && p.Ready == ready && p.Filling == 0 {
+			if p.Template == template && p.Runtime == rt && p.Ready == ready && p.Filling == 0 {
 				return p
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pool %s never had %d ready: %+v", template, ready, pools)
+			t.Fatalf("pool %s on %s never had %d ready: %+v", template, rt, ready, pools)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

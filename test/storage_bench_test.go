@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/testutil"
+	agentbox "github.com/agentbox/agentbox/sdk/go"
 )
 
 // Checkpoint and restore per storage driver: copy on the suite's temp dir
@@ -25,60 +26,24 @@ var benchDrivers = []struct {
 }
 
 func BenchmarkCheckpointDriver(b *testing.B) {
-	ctx := context.Background()
-	for _, drv := range benchDrivers {
-		b.Run(drv.name, func(b *testing.B) {
-			d := newDaemonIn(b, drv.mnt(b))
-			for _, mib := range changeSizes {
-				b.Run(fmt.Sprintf("%dMB", mib), func(b *testing.B) {
-					sb := benchSandbox(b, d, mib)
-					b.ResetTimer()
-					for i := range b.N {
-						b.StopTimer()
-						mustRun(b, sb, fmt.Sprintf("echo %d > /root/round", i))
-						b.StartTimer()
-						ck, err := sb.Checkpoint(ctx, "bench")
-						if err != nil {
-							b.Fatal(err)
-						}
-						b.StopTimer()
-						b.ReportMetric(float64(ck.DurationMS), "frozen-ms")
-						if err := d.client.DeleteCheckpoint(ctx, ck.ID); err != nil {
-							b.Fatal(err)
-						}
-						b.StartTimer()
-					}
-					b.StopTimer()
-					_ = sb.Delete(ctx)
-				})
-			}
-		})
-	}
+	benchDriverSizes(b, benchCheckpoint)
 }
 
 func BenchmarkRestoreDriver(b *testing.B) {
+	benchDriverSizes(b, benchRestore)
+}
+
+// benchDriverSizes runs bench (benchCheckpoint, benchRestore) on a daemon
+// of each storage driver for each of changeSizes, deleting its sandbox
+// after.
+func benchDriverSizes(b *testing.B, bench func(*testing.B, *daemon, int) *agentbox.Sandbox) {
 	ctx := context.Background()
 	for _, drv := range benchDrivers {
 		b.Run(drv.name, func(b *testing.B) {
 			d := newDaemonIn(b, drv.mnt(b))
 			for _, mib := range changeSizes {
 				b.Run(fmt.Sprintf("%dMB", mib), func(b *testing.B) {
-					sb := benchSandbox(b, d, mib)
-					ck, err := sb.Checkpoint(ctx, "bench")
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ResetTimer()
-					for range b.N {
-						b.StopTimer()
-						mustRun(b, sb, "rm -rf /root/w /bin/ls")
-						b.StartTimer()
-						if _, err := sb.Restore(ctx, ck.ID); err != nil {
-							b.Fatal(err)
-						}
-					}
-					b.StopTimer()
-					mustRun(b, sb, "test -e /root/w/f1 && test -e /bin/ls")
+					sb := bench(b, d, mib)
 					_ = sb.Delete(ctx)
 				})
 			}

@@ -41,12 +41,19 @@ func (f *limitFlags) apply(r *api.Resources) error {
 }
 
 func templatePoolCmd(_ *globals) *cobra.Command {
-	return &cobra.Command{
+	var rt string
+	cmd := &cobra.Command{
 		Use:   "pool [NAME SIZE]",
 		Short: "Keep SIZE paused sandboxes of template NAME ready (0 removes the pool); without arguments, list the pools",
+		Long: "Keep SIZE paused sandboxes of template NAME ready on a backend (--runtime; default: the one a create of the template naming none runs on); " +
+			"a create of NAME that runs on that backend, with default resources, no network policy and no hostname, claims one. " +
+			"A template may have a pool per backend. 0 removes the pool; without arguments, list the pools.",
 		Args: cobra.MatchAll(cobra.MaximumNArgs(2), func(_ *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				return fmt.Errorf("give NAME and SIZE, or nothing to list the pools")
+			}
+			if len(args) == 0 && rt != "" {
+				return fmt.Errorf("--runtime sets a pool: give NAME and SIZE")
 			}
 			return nil
 		}),
@@ -59,16 +66,18 @@ func templatePoolCmd(_ *globals) *cobra.Command {
 				if err != nil {
 					return nil, fmt.Errorf("SIZE %q: %w", args[1], err)
 				}
-				p, err := c.SetPool(ctx, args[0], size)
+				p, err := c.SetPool(ctx, args[0], size, agentbox.PoolRuntime(rt))
 				if err != nil {
 					return nil, err
 				}
 				return []api.Pool{p}, nil
 			},
-			header: "TEMPLATE\tSIZE\tREADY\tFILLING\tCLAIMS",
+			header: "TEMPLATE\tRUNTIME\tSIZE\tREADY\tFILLING\tCLAIMS",
 			row: func(p api.Pool) string {
-				return fmt.Sprintf("%s\t%d\t%d\t%d\t%d", p.Template, p.Size, p.Ready, p.Filling, p.Claims)
+				return fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d", p.Template, p.Runtime, p.Size, p.Ready, p.Filling, p.Claims)
 			},
 		}.run,
 	}
+	cmd.Flags().StringVar(&rt, "runtime", "", "backend of the pool's sandboxes, one of those \"agentbox info\" lists (default: the template's, else the daemon's)")
+	return cmd
 }

@@ -190,7 +190,9 @@ type Config struct {
 	MaxDiskBytes  int64 `json:"max_disk_bytes,omitempty"`
 	MaxDiskInodes int64 `json:"max_disk_inodes,omitempty"`
 	// WarmPools is the number of paused sandboxes kept ready per template
-	// (e.g. {"busybox": 2}); sizes set through the API win (limits.go).
+	// and backend, keyed TEMPLATE (the backend a create of the template
+	// naming none runs on) or TEMPLATE:RUNTIME (e.g. {"busybox": 2,
+	// "busybox:gvisor": 1}); sizes set through the API win (limits.go).
 	WarmPools map[string]int `json:"warm_pools,omitempty"`
 	// Prespawn is the number of guests the native backend keeps started
 	// ahead of need, each in a cgroup and id range of its own, so a create

@@ -7,9 +7,10 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/lazyregexp"
+	"github.com/agentbox/agentbox/internal/runtime"
 )
 
-// EnvWarmPools sets Config.WarmPools: "busybox=2,debian=1".
+// EnvWarmPools sets Config.WarmPools: "busybox=2,debian=1,busybox:gvisor=1".
 const EnvWarmPools = "AGENTBOX_WARM_POOLS"
 
 // maxWarmPool bounds one template's configured pool.
@@ -40,12 +41,16 @@ func (c *Config) validateLimits() []error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...))
 	}
-	for name, n := range c.WarmPools {
+	for spelled, n := range c.WarmPools {
+		name, rt, hasRuntime := strings.Cut(spelled, ":")
 		if !poolTemplateRE.MatchString(name) {
 			bad("warm pool template %q is not a valid name", name)
 		}
+		if hasRuntime && !runtime.ValidName(rt) {
+			bad("warm pool %q: runtime %q is not a backend name", spelled, rt)
+		}
 		if n < 0 || n > maxWarmPool {
-			bad("warm pool %q size %d must be between 0 and %d", name, n, maxWarmPool)
+			bad("warm pool %q size %d must be between 0 and %d", spelled, n, maxWarmPool)
 		}
 	}
 	r := c.DefaultResources

@@ -97,7 +97,7 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.EgressHostsFile }},
 	{Key: "egress_ca_file", Flag: "egress-ca-file", Env: EnvEgressCAFile, Usage: "PEM roots the egress proxy trusts for upstream certificates besides the system's",
 		field: func(c *Config) any { return &c.EgressCAFile }},
-	{Key: "warm_pools", Flag: "warm-pool", Env: EnvWarmPools, Usage: "paused sandboxes kept ready per template, e.g. busybox=2 (repeatable; the variable is comma-separated)",
+	{Key: "warm_pools", Flag: "warm-pool", Env: EnvWarmPools, Usage: "paused sandboxes kept ready per template, e.g. busybox=2, on a backend other than the template's default with TEMPLATE:RUNTIME, e.g. busybox:gvisor=1 (repeatable; the variable is comma-separated)",
 		field: func(c *Config) any { return &c.WarmPools }},
 	{Key: "prespawn", Flag: "prespawn", Env: EnvPrespawn, Usage: "guests kept started ahead of need, so a create skips their start-up (hosts with cgroup v1 controllers; 0: none)",
 		field: func(c *Config) any { return &c.Prespawn }},

@@ -61,10 +61,10 @@ func TestBindFlags(t *testing.T) {
 	if f := fs.Lookup("log-level"); f == nil || !strings.Contains(f.Usage, EnvLogLevel) {
 		t.Fatalf("--log-level: %+v", f)
 	}
-	if err := fs.Parse([]string{"--log-level", "warn", "--prespawn", "0", "--warm-pool", "busybox=3", "--egress-permit", "192.168.1.0/24:443", "--insecure-tcp", "--default-disk-bytes", "1073741824"}); err != nil {
+	if err := fs.Parse([]string{"--log-level", "warn", "--prespawn", "0", "--warm-pool", "busybox=3", "--warm-pool", "busybox:gvisor=1", "--egress-permit", "192.168.1.0/24:443", "--insecure-tcp", "--default-disk-bytes", "1073741824"}); err != nil {
 		t.Fatal(err)
 	}
-	if c.LogLevel != "warn" || c.Prespawn != 0 || c.WarmPools["busybox"] != 3 || !c.InsecureTCP || c.DefaultResources.DiskBytes != 1<<30 ||
+	if c.LogLevel != "warn" || c.Prespawn != 0 || c.WarmPools["busybox"] != 3 || c.WarmPools["busybox:gvisor"] != 1 || !c.InsecureTCP || c.DefaultResources.DiskBytes != 1<<30 ||
 		!slices.Equal(c.EgressPermit, []string{"192.168.1.0/24:443"}) {
 		t.Fatalf("flags not applied: %+v", c)
 	}
@@ -80,7 +80,7 @@ func TestApplyEnvEverySetting(t *testing.T) {
 		EnvConnectorsFile: "/etc/ab/connectors.json", EnvSecretsKeyFile: "/etc/ab/key",
 		EnvEgressHostsFile: "/etc/ab/hosts", EnvEgressCAFile: "/etc/ab/ca.pem",
 		EnvEgressPermit: " 10.0.0.1 ,, 172.16.0.0/12:* ", EnvStorageDriver: "copy",
-		EnvMaxLayerDepth: "7", EnvCgroupParent: "mine", EnvWarmPools: "busybox=2, debian=1",
+		EnvMaxLayerDepth: "7", EnvCgroupParent: "mine", EnvWarmPools: "busybox=2, debian=1, debian:gvisor=3",
 		EnvTLSCert: "/c.pem", EnvTLSKey: "/k.pem", EnvInsecureTCP: "TRUE", EnvPrespawn: "5",
 	} {
 		t.Setenv(name, v)
@@ -95,7 +95,7 @@ func TestApplyEnvEverySetting(t *testing.T) {
 	if !slices.Equal(c.EgressPermit, []string{"10.0.0.1", "172.16.0.0/12:*"}) {
 		t.Fatalf("egress permit %q", c.EgressPermit)
 	}
-	if len(c.WarmPools) != 2 || c.WarmPools["busybox"] != 2 || c.WarmPools["debian"] != 1 {
+	if len(c.WarmPools) != 3 || c.WarmPools["busybox"] != 2 || c.WarmPools["debian"] != 1 || c.WarmPools["debian:gvisor"] != 3 {
 		t.Fatalf("warm pools %v", c.WarmPools)
 	}
 	if err := c.Validate(); err != nil {
@@ -108,11 +108,12 @@ func TestApplyEnvEverySetting(t *testing.T) {
 	// Malformed numbers are refused by Validate, not dropped.
 	t.Setenv(EnvMaxLayerDepth, "deep")
 	t.Setenv(EnvPrespawn, "many")
-	t.Setenv(EnvWarmPools, "busybox=lots")
+	t.Setenv(EnvWarmPools, "busybox=lots,busybox:Not_A_Backend=1,debian:=1")
 	c = Default()
 	c.ApplyEnv()
 	err = c.Validate()
-	for _, want := range []string{"max layer depth -1", "prespawn -1", `warm pool "busybox" size -1`} {
+	for _, want := range []string{"max layer depth -1", "prespawn -1", `warm pool "busybox" size -1`,
+		`warm pool "busybox:Not_A_Backend": runtime "Not_A_Backend" is not a backend name`, `warm pool "debian:": runtime "" is not a backend name`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v; want %q", err, want)
 		}

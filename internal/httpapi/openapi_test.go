@@ -45,6 +45,62 @@ func loadSpec(t *testing.T) openAPIDoc {
 	return doc
 }
 
+// schemaOf returns the type of v (a wire struct value) and the schema of
+// its name; without one it fails t and returns false.
+func schemaOf(t *testing.T, doc openAPIDoc, v any) (reflect.Type, schema, bool) {
+	t.Helper()
+	rt := reflect.TypeOf(v)
+	s, ok := doc.Components.Schemas[rt.Name()]
+	if !ok {
+		t.Errorf("schema %s missing", rt.Name())
+	}
+	return rt, s, ok
+}
+
+// checkSchemaFields fails t unless each of types (wire struct values) has
+// a schema of its name whose properties are its JSON fields (jsonFields),
+// no more and no fewer.
+func checkSchemaFields(t *testing.T, doc openAPIDoc, types ...any) {
+	t.Helper()
+	for _, v := range types {
+		rt, s, ok := schemaOf(t, doc, v)
+		if !ok {
+			continue
+		}
+		fields := jsonFields(rt)
+		for name := range fields {
+			if _, ok := s.Properties[name]; !ok {
+				t.Errorf("%s: field %q not in schema", rt.Name(), name)
+			}
+		}
+		for name := range s.Properties {
+			if !fields[name] {
+				t.Errorf("schema %s: property %q not in the type", rt.Name(), name)
+			}
+		}
+	}
+}
+
+// jsonFields returns the JSON names of rt's fields, those of embedded
+// structs without a tag flattened in.
+func jsonFields(rt reflect.Type) map[string]bool {
+	out := map[string]bool{}
+	for i := 0; i < rt.NumField(); i++ {
+		f := rt.Field(i)
+		if f.Anonymous && f.Tag.Get("json") == "" {
+			for k := range jsonFields(f.Type) {
+				out[k] = true
+			}
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out[name] = true
+		}
+	}
+	return out
+}
+
 // Every registered route is in the spec and vice versa.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	doc := loadSpec(t)
@@ -86,10 +142,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	timeType := reflect.TypeOf(time.Time{})
 	rawJSONType := reflect.TypeOf(json.RawMessage(nil))
 	for _, v := range types {
-		rt := reflect.TypeOf(v)
-		s, ok := doc.Components.Schemas[rt.Name()]
+		rt, s, ok := schemaOf(t, doc, v)
 		if !ok {
-			t.Errorf("schema %s missing", rt.Name())
 			continue
 		}
 		seen := map[string]bool{}

@@ -222,46 +222,9 @@ func TestHookDeliveryAuthExemption(t *testing.T) {
 // Every JSON field of the pipeline's wire types (embedded structs
 // flattened) is a property of the schema of the same name and vice versa.
 func TestOpenAPIPipelineSchemas(t *testing.T) {
-	doc := loadSpec(t)
-	for _, v := range []any{
+	checkSchemaFields(t, loadSpec(t),
 		api.Run{}, api.RunUsage{}, api.RunList{}, api.UsageTotals{}, api.SandboxUsage{}, api.TenantUsage{}, api.Usage{},
 		api.UsageRecord{}, api.RunAction{}, api.CreateScheduleRequest{}, api.Schedule{}, api.ScheduleList{},
 		api.CreateHookRequest{}, api.Hook{}, api.HookList{},
-	} {
-		rt := reflect.TypeOf(v)
-		s, ok := doc.Components.Schemas[rt.Name()]
-		if !ok {
-			t.Errorf("schema %s missing", rt.Name())
-			continue
-		}
-		fields := jsonFields(rt)
-		for name := range fields {
-			if _, ok := s.Properties[name]; !ok {
-				t.Errorf("%s: field %q not in schema", rt.Name(), name)
-			}
-		}
-		for name := range s.Properties {
-			if !fields[name] {
-				t.Errorf("schema %s: property %q not in the type", rt.Name(), name)
-			}
-		}
-	}
-}
-
-func jsonFields(rt reflect.Type) map[string]bool {
-	out := map[string]bool{}
-	for i := 0; i < rt.NumField(); i++ {
-		f := rt.Field(i)
-		if f.Anonymous && f.Tag.Get("json") == "" {
-			for k := range jsonFields(f.Type) {
-				out[k] = true
-			}
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name != "" && name != "-" {
-			out[name] = true
-		}
-	}
-	return out
+	)
 }

@@ -8,13 +8,15 @@ import (
 )
 
 // PoolService is implemented by a Service that keeps warm pools of paused
-// sandboxes per template (api/limits.go); its routes exist only then. The
-// contract of Service applies.
+// sandboxes per template and backend (api/limits.go); its routes exist
+// only then. The contract of Service applies.
 type PoolService interface {
-	// SetPool sets template name's pool size (0 removes the pool) and
-	// returns its state; the pool fills in the background.
-	SetPool(ctx context.Context, name string, size int) (api.Pool, error)
-	// Pools lists the pools by template name.
+	// SetPool sets the size of template name's pool on backend runtime
+	// ("": the one a create of the template naming none runs on; size 0
+	// removes the pool) and returns its state; the pool fills in the
+	// background.
+	SetPool(ctx context.Context, name, runtime string, size int) (api.Pool, error)
+	// Pools lists the pools by template name, then backend.
 	Pools(ctx context.Context) ([]api.Pool, error)
 }
 
@@ -30,7 +32,7 @@ func (h *handler) poolRoutes() []route {
 			if err := h.decodeJSON(w, r, &req, false); err != nil {
 				return err
 			}
-			p, err := ps.SetPool(r.Context(), r.PathValue("name"), req.Size)
+			p, err := ps.SetPool(r.Context(), r.PathValue("name"), req.Runtime, req.Size)
 			if err != nil {
 				return err
 			}

@@ -233,11 +233,11 @@ var (
 		"Sandboxes the daemon has, by state and backend (warm pools' sandboxes are in agentbox_warm_pool_sandboxes).",
 		[]string{"state", "backend"}, nil)
 	poolDesc = prometheus.NewDesc("agentbox_warm_pool_sandboxes",
-		"Sandboxes of each warm pool, by template and state (ready: claimable now; filling: being created).",
-		[]string{"template", "state"}, nil)
+		"Sandboxes of each warm pool, by template, backend and state (ready: claimable now; filling: being created).",
+		[]string{"template", "backend", "state"}, nil)
 	poolTargetDesc = prometheus.NewDesc("agentbox_warm_pool_target_sandboxes",
-		"Configured size of each warm pool, by template.",
-		[]string{"template"}, nil)
+		"Configured size of each warm pool, by template and backend.",
+		[]string{"template", "backend"}, nil)
 	storeDesc = prometheus.NewDesc("agentbox_store_bytes",
 		"Size in bytes of the daemon's metadata store file (sandbox, checkpoint, run and tenant records).",
 		nil, nil)
@@ -280,9 +280,9 @@ func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.NewInvalidMetric(poolDesc, err)
 		} else {
 			for _, p := range pools {
-				ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Ready), p.Template, "ready")
-				ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Filling), p.Template, "filling")
-				ch <- prometheus.MustNewConstMetric(poolTargetDesc, prometheus.GaugeValue, float64(p.Size), p.Template)
+				ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Ready), p.Template, p.Runtime, "ready")
+				ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Filling), p.Template, p.Runtime, "filling")
+				ch <- prometheus.MustNewConstMetric(poolTargetDesc, prometheus.GaugeValue, float64(p.Size), p.Template, p.Runtime)
 			}
 		}
 	}

@@ -69,7 +69,8 @@ next:
 func TestMetricsFollowTheCore(t *testing.T) {
 	m := metrics.New(metrics.Config{
 		Pools: func(context.Context) ([]api.Pool, error) {
-			return []api.Pool{{Template: "base", Size: 2, Ready: 1, Filling: 1}}, nil
+			// Two pools of one template, on two backends: one series each.
+			return []api.Pool{{Template: "base", Runtime: "native", Size: 2, Ready: 1, Filling: 1}, {Template: "base", Runtime: "gvisor", Size: 3, Ready: 2}}, nil
 		},
 	})
 	e := sandboxtest.New(t, func(_ *sandboxtest.Env, c *sandbox.Config) {
@@ -79,8 +80,11 @@ func TestMetricsFollowTheCore(t *testing.T) {
 	if before["go_goroutines"] == nil || before["process_cpu_seconds_total"] == nil {
 		t.Fatal("the Go and process collectors are missing")
 	}
-	if got := value(before, "agentbox_warm_pool_sandboxes", map[string]string{"template": "base", "state": "ready"}); got != 1 {
+	if got := value(before, "agentbox_warm_pool_sandboxes", map[string]string{"template": "base", "backend": "native", "state": "ready"}); got != 1 {
 		t.Fatalf("warm pool ready = %v, want 1", got)
+	}
+	if got := value(before, "agentbox_warm_pool_target_sandboxes", map[string]string{"template": "base", "backend": "gvisor"}); got != 3 {
+		t.Fatalf("gvisor warm pool target = %v, want 3", got)
 	}
 
 	sb := e.Create(api.CreateSandboxRequest{})

@@ -9,6 +9,8 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/tenant"
 )
 
 // Backends by sandbox. Every sandbox runs on the backend it was created
@@ -71,6 +73,23 @@ func (m *Manager) templateRuntime(ctx context.Context, name string) string {
 		return ""
 	}
 	return tmpl.Spec.Runtime
+}
+
+// ResolveRuntime implements HiddenCore.
+func (m *Manager) ResolveRuntime(ctx context.Context, template, asked string) (string, error) {
+	req := api.CreateSandboxRequest{Runtime: asked}
+	if asked == "" && m.templates != nil {
+		if template == "" {
+			template = m.cfg.DefaultTemplate
+		}
+		if spec, ok := templates.SpecOf(ctx, m.templates, tenant.From(ctx).Lookup(template, true), template); ok {
+			req.Runtime = spec.Runtime
+		}
+	}
+	if _, err := m.resolveRuntime(&req); err != nil {
+		return "", err
+	}
+	return req.Runtime, nil
 }
 
 // backendInfos describes every backend, the default first, then those

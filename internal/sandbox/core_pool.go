@@ -28,15 +28,16 @@ import (
 //
 // Scenario, a warm pool:
 //
-//  1. The pool fills: CreateHidden, with the pool's own set-up step
-//     (fresh identity files through h.Guest()) before the sandbox is
-//     paused.
+//  1. The pool fills: CreateHidden on the pool's backend (req.Runtime,
+//     ResolveRuntime), with the pool's own set-up step (fresh identity
+//     files through h.Guest()) before the sandbox is paused.
 //  2. A create request arrives: the core validates and prepares it,
-//     resolves its template and admits it against its tenant's quotas,
-//     then asks each CreateInterceptor, in registration order, whether it
-//     can supply the sandbox; the pool takes one of its sandboxes and
-//     calls HandOut. The first interceptor that answers wins; when none
-//     does the core creates the sandbox itself.
+//     resolves its template and its backend and admits it against its
+//     tenant's quotas, then asks each CreateInterceptor, in registration
+//     order, whether it can supply the sandbox; the pool of that template
+//     and backend takes one of its sandboxes and calls HandOut, which
+//     refuses a sandbox of another backend. The first interceptor that
+//     answers wins; when none does the core creates the sandbox itself.
 //  3. The pool shrinks or the daemon stops: DeleteHidden.
 
 // CreateInterceptor is an Extension that may serve a create request with
@@ -44,12 +45,15 @@ import (
 type CreateInterceptor interface {
 	// InterceptCreate is asked, for every create request (not a fork),
 	// after the request is validated and prepared (PrepareHook), its
-	// template tmpl resolved as the caller of ctx sees it, and the
-	// sandbox admitted against the caller's quotas, whether it supplies
-	// the sandbox. It returns the sandbox (made by HiddenCore.HandOut) and
-	// true, or false when the core must create the sandbox itself; it
-	// cannot fail the create. It runs without any sandbox's lock held and
-	// may be called concurrently.
+	// template tmpl resolved as the caller of ctx sees it, its backend
+	// resolved (req.Runtime is the name of the backend the sandbox must
+	// run on, never ""), and the sandbox admitted against the caller's
+	// quotas, whether it supplies the sandbox, which must run on
+	// req.Runtime (HandOut refuses one of another backend). It returns
+	// the sandbox (made by HiddenCore.HandOut) and true, or false when
+	// the core must create the sandbox itself; it cannot fail the create.
+	// It runs without any sandbox's lock held and may be called
+	// concurrently.
 	InterceptCreate(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template) (api.Sandbox, bool)
 }
 
@@ -61,12 +65,22 @@ type HiddenCore interface {
 	// ResolveTemplate resolves template name (NAME or NAME@VERSION) as the
 	// caller of ctx sees it, building a builtin one on first use.
 	ResolveTemplate(ctx context.Context, name string) (templates.Template, error)
+	// ResolveRuntime is the name of the backend a create of template
+	// name ("": the default template), as the caller of ctx sees it,
+	// asking for backend asked ("": none) runs on: asked, else the
+	// template's runtime (api.TemplateSpec.Runtime), else the daemon's
+	// default. It builds nothing: a template not built yet names the
+	// runtime of its builtin spec (none), a template that does not exist
+	// none. The error is errdefs.ErrInvalidArgument for a backend this
+	// daemon does not know, errdefs.ErrFailedPrecondition for one that
+	// cannot run on this host.
+	ResolveRuntime(ctx context.Context, template, asked string) (string, error)
 	// CreateHidden creates a hidden sandbox of template tmpl as req asks
-	// (its resources, environment, hostname), recorded as held by holder
-	// (not ""); then it runs setup (nil: none) on the running sandbox,
-	// without its lock held (no one else can reach it), and pauses it
-	// (cause api.CausePool) unless the backend cannot freeze, which leaves
-	// it running. Nothing admits it against a tenant's quotas and no
+	// (its backend, resources, environment, hostname), recorded as held
+	// by holder (not ""); then it runs setup (nil: none) on the running
+	// sandbox, without its lock held (no one else can reach it), and
+	// pauses it (cause api.CausePool) unless the backend cannot freeze,
+	// which leaves it running. Nothing admits it against a tenant's quotas and no
 	// PrepareHook sees req; the start and create hooks run as for any
 	// create. On error (setup's included) nothing of it is left.
 	CreateHidden(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template, holder string, setup func(context.Context, *Handle) error) (*Handle, error)
@@ -80,7 +94,8 @@ type HiddenCore interface {
 	// labels, name, lifecycle, idle policy and lifetime, and a transition
 	// log that starts over with its create (detail "warm pool"); its
 	// timers are armed and it is visible from then on. h must have been
-	// made from tmpl (same template id: ErrConflict otherwise); a sandbox
+	// made from tmpl (same template id) and run on the backend req asks
+	// for (req.Runtime, "": the default): ErrConflict otherwise; a sandbox
 	// deleted or already handed out is ErrNotFound. On error h is not
 	// handed out (it may have been deleted) and the caller should discard
 	// it.
@@ -108,12 +123,10 @@ func (b *box) isHidden() bool {
 }
 
 // intercept asks the create interceptors whether one supplies the sandbox
-// req asks for. Sandboxes they hold run on the default backend: a request
-// for another is never intercepted.
+// req asks for. req.Runtime is resolved (createSandbox): an interceptor
+// supplies a sandbox of that backend or none, and HandOut refuses a hidden
+// sandbox of another.
 func (m *Manager) intercept(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template) (api.Sandbox, bool) {
-	if req.Runtime != "" && req.Runtime != m.backends.DefaultName() {
-		return api.Sandbox{}, false
-	}
 	for _, x := range m.hooks.intercept {
 		if sb, ok := x.h.InterceptCreate(ctx, req, tmpl); ok {
 			return sb, true
@@ -185,16 +198,24 @@ func (m *Manager) HandOut(ctx context.Context, h *Handle, req api.CreateSandboxR
 	b := h.b
 	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
+	if _, err := m.resolveRuntime(&req); err != nil {
+		return api.Sandbox{}, err
+	}
 	b.life.Lock()
 	defer b.life.Unlock()
 	b.mu.Lock()
 	state, deleted, hidden, rt, id, tid := b.rec.Sandbox.State, b.deleted, b.hidden, b.rt, b.rec.Sandbox.ID, b.rec.Sandbox.TemplateID
+	backend := m.backendName(b.rec)
 	b.mu.Unlock()
 	switch {
 	case deleted || hidden == "":
 		return api.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	case tid != tmpl.ID:
 		return api.Sandbox{}, fmt.Errorf("made from template %s, now %s: %w", tid, tmpl.ID, errdefs.ErrConflict)
+	case backend != req.Runtime:
+		// A create that asks for one backend's isolation never gets a
+		// sandbox of another, whatever an interceptor holds.
+		return api.Sandbox{}, fmt.Errorf("sandbox %s runs on %s, the create asks for %s: %w", id, backend, req.Runtime, errdefs.ErrConflict)
 	case state == api.StatePaused:
 		p, ok := rt.(runtime.Pauser)
 		if !ok {

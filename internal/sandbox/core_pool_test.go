@@ -198,3 +198,47 @@ func TestInterceptSuppliesCreate(t *testing.T) {
 		t.Fatalf("interceptor asked %d times, want 2", e.asks)
 	}
 }
+
+// TestHiddenSandboxBackend: a hidden sandbox runs on the backend its
+// request names, and HandOut gives it only to a create that runs there: a
+// create for another backend (or the default, when it is another) is
+// refused, and the sandbox stays hidden for a create that matches.
+func TestHiddenSandboxBackend(t *testing.T) {
+	e := newBackendEnv(t)
+	native, gv := newNamedBackend(t, "native"), newNamedBackend(t, "gvisor")
+	m := e.manager(t, native, gv)
+	ctx := context.Background()
+	tmpl := templates.Template{Name: "tpl", ID: "tpl-1", Layers: []string{t.TempDir()}}
+
+	for _, c := range []struct{ template, asked, want string }{{"", "", "native"}, {"tpl", "", "native"}, {"tpl", "gvisor", "gvisor"}, {"tpl", "native", "native"}} {
+		if got, err := m.ResolveRuntime(ctx, c.template, c.asked); err != nil || got != c.want {
+			t.Errorf("ResolveRuntime(%q, %q) = %q, %v; want %q", c.template, c.asked, got, err, c.want)
+		}
+	}
+	if _, err := m.ResolveRuntime(ctx, "tpl", "nope"); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("ResolveRuntime of an unknown backend: %v", err)
+	}
+
+	h, err := m.CreateHidden(ctx, api.CreateSandboxRequest{Template: "tpl", Runtime: "gvisor"}, tmpl, "tpl:gvisor", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gv.creates() != 1 || native.creates() != 0 || recordedBackend(t, e.st, h.ID()) != "gvisor" {
+		t.Fatalf("hidden sandbox on gvisor: creates native %d gvisor %d, record %q", native.creates(), gv.creates(), recordedBackend(t, e.st, h.ID()))
+	}
+	for _, rt := range []string{"native", ""} {
+		if sb, err := m.HandOut(ctx, h, api.CreateSandboxRequest{Template: "tpl", Runtime: rt}, tmpl); !errdefs.IsConflict(err) {
+			t.Fatalf("hand out a gvisor sandbox to a create for %q: %+v, %v; want conflict", rt, sb, err)
+		}
+	}
+	if _, err := m.HandOut(ctx, h, api.CreateSandboxRequest{Template: "tpl", Runtime: "nope"}, tmpl); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("hand out to a create for an unknown backend: %v", err)
+	}
+	if _, err := m.GetSandbox(ctx, h.ID()); !errdefs.IsNotFound(err) {
+		t.Fatalf("a refused hand-out made the sandbox visible: %v", err)
+	}
+	sb, err := m.HandOut(ctx, h, api.CreateSandboxRequest{Template: "tpl", Runtime: "gvisor"}, tmpl)
+	if err != nil || sb.Backend != "gvisor" || sb.State != api.StateRunning {
+		t.Fatalf("hand out to a create for gvisor: %+v, %v", sb, err)
+	}
+}

@@ -85,6 +85,11 @@ func (m *Manager) createSandbox(ctx context.Context, req api.CreateSandboxReques
 	}
 	defer release()
 	req.Resources.DiskBytes = disk
+	// The backend is resolved before an interceptor sees the request: it
+	// serves a sandbox of that backend or none.
+	if _, err := m.resolveRuntime(&req); err != nil {
+		return api.Sandbox{}, fmt.Errorf("creating sandbox: %w", err)
+	}
 	if sb, ok := m.intercept(ctx, req, tmpl); ok {
 		return sb, nil
 	}

@@ -41,3 +41,15 @@ func Resolve(ctx context.Context, st Store, candidates []string, name string, lo
 		}
 	})
 }
+
+// SpecOf returns the spec of the first of candidates (as for Resolve)
+// that st holds, else name's builtin spec, without building anything;
+// false when there is neither.
+func SpecOf(ctx context.Context, st Store, candidates []string, name string) (api.TemplateSpec, bool) {
+	for _, q := range candidates {
+		if t, err := st.Get(ctx, q); err == nil {
+			return t.Spec, true
+		}
+	}
+	return BuiltinSpec(name)
+}

@@ -62,3 +62,11 @@ func Short(t testing.TB) {
 		t.Skip("slow test skipped in -short mode")
 	}
 }
+
+// NotApplicable skips t, also under AGENTBOX_TEST_STRICT, when what it
+// checks does not exist on this host (not a missing feature: e.g. a case
+// of cgroup v1 on a v2 host, which another test covers), saying why.
+func NotApplicable(t testing.TB, why string) {
+	t.Helper()
+	t.Skipf("not applicable here: %s", why)
+}

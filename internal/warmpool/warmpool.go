@@ -1,21 +1,29 @@
-// Package warmpool keeps warm pools of sandboxes: per template, Size
-// sandboxes are created ahead of need with the template's default
-// resources and no network, then paused. A create of that template that
+// Package warmpool keeps warm pools of sandboxes: per template and
+// backend (runtime.Backend, by name: "native", "gvisor"), Size sandboxes
+// are created ahead of need on that backend with the template's default
+// resources and no network, then paused (native: the cgroup freezer;
+// gvisor: runsc pause). A create of that template that runs on that
+// backend (the one it names, else the template's runtime, else the
+// daemon's default: the core resolves it before it asks the pool) and
 // asks for nothing a pooled sandbox lacks (default resources, no network
 // policy, no hostname) is served from the pool: the sandbox is thawed, the
 // request's env, labels, name, lifecycle, idle policy and lifetime are
 // set, and its transition log starts over with its create. Its id and
 // hostname were allocated when it was pooled (the hostname is set at
 // guest setup; nothing inside can change it afterwards), and so were its
-// fresh /etc/machine-id and random seed. The pool refills in the
-// background.
+// fresh /etc/machine-id and random seed (and, on gvisor, its own sentry:
+// a pooled sandbox is paused and thawed, never restored from another's
+// memory, so its kernel's random state is its own too). The pool refills
+// in the background.
 //
 // Keeper is an extension of the sandbox core (internal/sandbox): a
 // sandbox.CreateInterceptor over the core's hidden sandboxes
 // (sandbox.HiddenCore, core_pool.go there). Pooled sandboxes are hidden:
 // invisible to every tenant until handed out, and deleted by the core's
 // Recover when a daemon restarts (the pools refill fresh). Pool sizes set
-// through the API are kept in <data>/pools.json.
+// through the API are kept in <data>/pools.json, keyed TEMPLATE:RUNTIME
+// (a key without a runtime, written before pools had one, is the pool of
+// the backend a create of the template naming none runs on).
 package warmpool
 
 import (
@@ -29,6 +37,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,7 +51,7 @@ import (
 	"github.com/agentbox/agentbox/internal/validate"
 )
 
-// maxPoolSize bounds one template's pool.
+// maxPoolSize bounds one pool.
 const maxPoolSize = 64
 
 // poolRetry is how long a pool whose create failed waits before it tries
@@ -72,12 +81,29 @@ type Keeper struct {
 	inflight sync.WaitGroup
 
 	// mu guards the fields below.
-	mu     sync.Mutex
-	pools  map[string]*pool
+	mu    sync.Mutex
+	pools map[key]*pool
+	// set holds the sizes set through the API (pools.json), 0 for a pool
+	// the API removed (which then stays removed over the daemon's
+	// configuration).
+	set    map[key]int
 	closed bool
 }
 
-// pool is one template's warm pool.
+// key names one pool: a template's on one backend (its resolved name).
+type key struct{ template, runtime string }
+
+// String is the key's spelling in pools.json and the daemon's
+// configuration: TEMPLATE:RUNTIME.
+func (k key) String() string { return k.template + ":" + k.runtime }
+
+// splitKey splits TEMPLATE[:RUNTIME] ("" runtime when none is named).
+func splitKey(s string) (template, runtime string) {
+	template, runtime, _ = strings.Cut(s, ":")
+	return template, runtime
+}
+
+// pool is one warm pool.
 type pool struct {
 	size    int
 	ready   []*sandbox.Handle // paused, claimable, oldest first
@@ -99,7 +125,7 @@ func New(cfg Config) *Keeper {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Keeper{file: filepath.Join(cfg.DataDir, "pools.json"), log: log, pools: map[string]*pool{}}
+	return &Keeper{file: filepath.Join(cfg.DataDir, "pools.json"), log: log, pools: map[key]*pool{}, set: map[key]int{}}
 }
 
 // Name implements sandbox.Extension.
@@ -116,77 +142,127 @@ func (ps *Keeper) Provision(c sandbox.Core) error {
 	return nil
 }
 
-// SetPool sets template name's warm pool size (0 removes the pool),
-// persists it and starts filling or trims the pool. The template must
-// resolve (a builtin is built on first use).
-func (ps *Keeper) SetPool(ctx context.Context, name string, size int) (api.Pool, error) {
+// SetPool sets the size of template name's warm pool on backend rt ("":
+// the one a create of the template naming none runs on; 0 removes the
+// pool), persists it and starts filling or trims the pool. The template
+// must resolve (a builtin is built on first use) and the backend must run
+// on this host (errdefs.ErrInvalidArgument for an unknown one,
+// ErrFailedPrecondition for one that cannot run here), except to remove a
+// pool.
+func (ps *Keeper) SetPool(ctx context.Context, name, rt string, size int) (api.Pool, error) {
 	if err := validate.TemplateRef(name); err != nil {
 		return api.Pool{}, err
 	}
 	if size < 0 || size > maxPoolSize {
 		return api.Pool{}, fmt.Errorf("pool size must be between 0 and %d: %w", maxPoolSize, errdefs.ErrInvalidArgument)
 	}
+	if ps.core == nil {
+		return api.Pool{}, errNotAttached
+	}
 	if size > 0 {
-		if ps.core == nil {
-			return api.Pool{}, errNotAttached
-		}
 		if _, err := ps.core.ResolveTemplate(ctx, name); err != nil {
 			return api.Pool{}, fmt.Errorf("setting pool of template %s: %w", name, err)
 		}
 	}
-	if err := ps.setPoolSize(name, size); err != nil {
+	resolved, err := ps.core.ResolveRuntime(ctx, name, rt)
+	switch {
+	case err == nil:
+	case size == 0 && rt != "": // removing a pool of a backend gone from this host
+		resolved = rt
+	default:
+		return api.Pool{}, fmt.Errorf("setting pool of template %s: %w", name, err)
+	}
+	k := key{name, resolved}
+	if err := ps.setPoolSize(k, size); err != nil {
 		return api.Pool{}, err
 	}
+	ps.mu.Lock()
+	ps.set[k] = size
+	ps.mu.Unlock()
 	if err := ps.save(); err != nil {
 		return api.Pool{}, fmt.Errorf("setting pool of template %s: %w", name, err)
 	}
-	ps.log.InfoContext(ctx, "warm pool set", "template", name, "size", size)
-	return ps.view(name), nil
+	ps.log.InfoContext(ctx, "warm pool set", "template", name, "runtime", resolved, "size", size)
+	return ps.view(k), nil
 }
 
 // SetPools starts the pools at daemon start, once the core has recovered
 // its sandboxes (which deletes the pooled sandboxes an earlier daemon
 // left): first the sizes set through the API (kept in pools.json), then
-// the daemon's configured sizes of the templates the API never set (the
-// API's sizes win). Call it once.
+// the daemon's configured sizes, keyed TEMPLATE or TEMPLATE:RUNTIME (no
+// runtime: the backend a create of the template naming none runs on), of
+// the pools the API never set (the API's sizes win). A configured pool of
+// an invalid template name or size, or of a backend that does not run on
+// this host, is an error; a saved one is skipped with a warning (and kept
+// in pools.json for a daemon that runs its backend). Call it once.
 func (ps *Keeper) SetPools(ctx context.Context, sizes map[string]int) error {
-	saved := ps.load()
-	for name, size := range saved {
-		if size > 0 && validate.TemplateRef(name) == nil && size <= maxPoolSize {
-			_ = ps.setPoolSize(name, size)
+	if ps.core == nil {
+		return errNotAttached
+	}
+	saved := ps.load(ctx)
+	ps.mu.Lock()
+	maps.Copy(ps.set, saved)
+	ps.mu.Unlock()
+	for k, size := range saved {
+		if size <= 0 || size > maxPoolSize || validate.TemplateRef(k.template) != nil {
+			continue
 		}
+		if _, err := ps.core.ResolveRuntime(ctx, k.template, k.runtime); err != nil {
+			ps.log.WarnContext(ctx, "not filling a warm pool set through the API", "template", k.template, "runtime", k.runtime, "err", err)
+			continue
+		}
+		_ = ps.setPoolSize(k, size)
 	}
 	var errs []error
-	for name, size := range sizes {
-		if _, ok := saved[name]; ok {
-			continue
-		}
+	configured := map[key]int{}
+	spelling := map[key]string{}
+	for _, spelled := range slices.Sorted(maps.Keys(sizes)) {
+		size := sizes[spelled]
+		name, rt := splitKey(spelled)
 		if size < 0 || size > maxPoolSize || validate.TemplateRef(name) != nil {
-			errs = append(errs, fmt.Errorf("warm pool %q size %d: %w", name, size, errdefs.ErrInvalidArgument))
+			errs = append(errs, fmt.Errorf("warm pool %q size %d: %w", spelled, size, errdefs.ErrInvalidArgument))
 			continue
 		}
-		errs = append(errs, ps.setPoolSize(name, size))
+		resolved, err := ps.core.ResolveRuntime(ctx, name, rt)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("warm pool %q: %w", spelled, err))
+			continue
+		}
+		k := key{name, resolved}
+		if other, ok := spelling[k]; ok {
+			errs = append(errs, fmt.Errorf("warm pools %q and %q are the same pool: %w", other, spelled, errdefs.ErrInvalidArgument))
+			delete(configured, k)
+			continue
+		}
+		configured[k], spelling[k] = size, spelled
+	}
+	for k, size := range configured {
+		if _, ok := saved[k]; !ok {
+			errs = append(errs, ps.setPoolSize(k, size))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// Pools lists the warm pools, by template name.
+// Pools lists the warm pools, by template name, then backend.
 func (ps *Keeper) Pools(ctx context.Context) ([]api.Pool, error) {
 	ps.mu.Lock()
-	names := slices.Sorted(maps.Keys(ps.pools))
+	keys := slices.SortedFunc(maps.Keys(ps.pools), func(a, b key) int {
+		return strings.Compare(a.String(), b.String())
+	})
 	ps.mu.Unlock()
-	out := make([]api.Pool, 0, len(names))
-	for _, n := range names {
-		out = append(out, ps.view(n))
+	out := make([]api.Pool, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, ps.view(k))
 	}
 	return out, nil
 }
 
-func (ps *Keeper) view(name string) api.Pool {
+func (ps *Keeper) view(k key) api.Pool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	v := api.Pool{Template: name}
-	if p := ps.pools[name]; p != nil {
+	v := api.Pool{Template: k.template, Runtime: k.runtime}
+	if p := ps.pools[k]; p != nil {
 		v.Size, v.Ready, v.Filling, v.Claims = p.size, len(p.ready), p.filling, p.claims
 	}
 	return v
@@ -194,8 +270,8 @@ func (ps *Keeper) view(name string) api.Pool {
 
 var errNotAttached = fmt.Errorf("warm pools are not attached to a sandbox core: %w", errdefs.ErrFailedPrecondition)
 
-// setPoolSize records size and fills or trims the pool.
-func (ps *Keeper) setPoolSize(name string, size int) error {
+// setPoolSize records pool k's size and fills or trims the pool.
+func (ps *Keeper) setPoolSize(k key, size int) error {
 	if ps.core == nil {
 		return errNotAttached
 	}
@@ -204,10 +280,10 @@ func (ps *Keeper) setPoolSize(name string, size int) error {
 		ps.mu.Unlock()
 		return fmt.Errorf("sandbox manager is shut down: %w", errdefs.ErrUnavailable)
 	}
-	p := ps.pools[name]
+	p := ps.pools[k]
 	if p == nil {
 		p = &pool{}
-		ps.pools[name] = p
+		ps.pools[k] = p
 	}
 	p.size, p.retryAt = size, time.Time{}
 	var excess []*sandbox.Handle
@@ -216,28 +292,24 @@ func (ps *Keeper) setPoolSize(name string, size int) error {
 		p.ready = p.ready[:size]
 	}
 	if size == 0 && p.filling == 0 {
-		delete(ps.pools, name)
+		delete(ps.pools, k)
 	}
 	ps.mu.Unlock()
 	for _, h := range excess {
 		ps.discard(h, "pool shrunk")
 	}
-	go ps.fill(name)
+	go ps.fill(k)
 	return nil
 }
 
+// save writes the sizes set through the API to pools.json.
 func (ps *Keeper) save() error {
 	ps.mu.Lock()
-	sizes := make(map[string]int, len(ps.pools))
-	for n, p := range ps.pools {
-		sizes[n] = p.size
+	sizes := make(map[string]int, len(ps.set))
+	for k, n := range ps.set {
+		sizes[k.String()] = n
 	}
 	ps.mu.Unlock()
-	for n, s := range ps.load() {
-		if _, ok := sizes[n]; !ok && s == 0 {
-			sizes[n] = 0 // keep an explicit removal over the daemon config
-		}
-	}
 	data, err := json.Marshal(sizes)
 	if err != nil {
 		return err
@@ -246,8 +318,10 @@ func (ps *Keeper) save() error {
 }
 
 // load reads the sizes set through the API; a missing or unreadable file
-// is none.
-func (ps *Keeper) load() map[string]int {
+// is none. A key without a runtime (a file written before pools had one)
+// is the pool of the backend a create of its template naming none runs
+// on.
+func (ps *Keeper) load(ctx context.Context) map[key]int {
 	data, err := os.ReadFile(ps.file)
 	if err != nil {
 		return nil
@@ -257,16 +331,27 @@ func (ps *Keeper) load() map[string]int {
 		ps.log.Warn("ignoring unreadable pools file", "path", ps.file, "err", err)
 		return nil
 	}
-	return sizes
+	out := make(map[key]int, len(sizes))
+	for spelled, n := range sizes {
+		name, rt := splitKey(spelled)
+		if rt == "" {
+			if rt, err = ps.core.ResolveRuntime(ctx, name, ""); err != nil {
+				ps.log.Warn("ignoring a saved warm pool", "pool", spelled, "err", err)
+				continue
+			}
+		}
+		out[key{name, rt}] = n
+	}
+	return out
 }
 
-// fill creates pooled sandboxes of template name until its pool is full.
-// Concurrent calls share the work.
-func (ps *Keeper) fill(name string) {
+// fill creates pooled sandboxes of pool k until it is full. Concurrent
+// calls share the work.
+func (ps *Keeper) fill(k key) {
 	ctx := context.Background()
 	for {
 		ps.mu.Lock()
-		p := ps.pools[name]
+		p := ps.pools[k]
 		if ps.closed || p == nil || len(p.ready)+p.filling >= p.size || time.Now().Before(p.retryAt) {
 			ps.mu.Unlock()
 			return
@@ -275,25 +360,25 @@ func (ps *Keeper) fill(name string) {
 		ps.inflight.Add(1)
 		ps.mu.Unlock()
 
-		h, err := ps.create(ctx, name)
+		h, err := ps.create(ctx, k)
 
 		ps.mu.Lock()
 		p.filling--
-		keep := err == nil && !ps.closed && ps.pools[name] == p && len(p.ready) < p.size
+		keep := err == nil && !ps.closed && ps.pools[k] == p && len(p.ready) < p.size
 		if keep {
 			p.ready = append(p.ready, h)
 		}
 		if err != nil {
 			p.retryAt = time.Now().Add(poolRetry)
-			time.AfterFunc(poolRetry, func() { ps.fill(name) })
+			time.AfterFunc(poolRetry, func() { ps.fill(k) })
 		}
-		if p.size == 0 && p.filling == 0 && ps.pools[name] == p {
-			delete(ps.pools, name)
+		if p.size == 0 && p.filling == 0 && ps.pools[k] == p {
+			delete(ps.pools, k)
 		}
 		ps.mu.Unlock()
 		if err != nil {
 			ps.inflight.Done()
-			ps.log.Error("filling warm pool", "template", name, "err", err)
+			ps.log.Error("filling warm pool", "template", k.template, "runtime", k.runtime, "err", err)
 			return
 		}
 		if !keep {
@@ -303,16 +388,17 @@ func (ps *Keeper) fill(name string) {
 	}
 }
 
-// create creates one paused sandbox for template name's pool.
-func (ps *Keeper) create(ctx context.Context, name string) (*sandbox.Handle, error) {
-	tmpl, err := ps.core.ResolveTemplate(ctx, name)
+// create creates one paused sandbox for pool k, on its backend.
+func (ps *Keeper) create(ctx context.Context, k key) (*sandbox.Handle, error) {
+	tmpl, err := ps.core.ResolveTemplate(ctx, k.template)
 	if err != nil {
 		return nil, err
 	}
 	// Its identity is its own from the start: a pooled sandbox is handed
 	// out at most once, so an identity written now is as fresh as one
 	// written at the claim, and costs the claim nothing.
-	return ps.core.CreateHidden(ctx, api.CreateSandboxRequest{Template: name}, tmpl, name, writeIdentity)
+	req := api.CreateSandboxRequest{Template: k.template, Runtime: k.runtime}
+	return ps.core.CreateHidden(ctx, req, tmpl, k.String(), writeIdentity)
 }
 
 // discard deletes a pooled sandbox.
@@ -329,15 +415,20 @@ func claimable(req api.CreateSandboxRequest) bool {
 }
 
 // InterceptCreate implements sandbox.CreateInterceptor: it hands out a
-// pooled sandbox of req's template, when there is one; ok is false when
-// the core must make the sandbox itself.
+// pooled sandbox of req's template on req's backend (req.Runtime,
+// resolved by the core), when there is one; ok is false when the core
+// must make the sandbox itself.
 func (ps *Keeper) InterceptCreate(ctx context.Context, req api.CreateSandboxRequest, tmpl templates.Template) (api.Sandbox, bool) {
-	if !claimable(req) {
+	if !claimable(req) || req.Runtime == "" {
 		return api.Sandbox{}, false
 	}
+	// The resolved template name: a tenant's own template of the same
+	// name has no pool. The resolved backend: a create that asks for one
+	// backend's isolation never gets another's sandbox.
+	k := key{tmpl.Name, req.Runtime}
 	for {
 		ps.mu.Lock()
-		p := ps.pools[tmpl.Name] // the resolved name: a tenant's own template of the same name has no pool
+		p := ps.pools[k]
 		if ps.closed || p == nil || len(p.ready) == 0 {
 			ps.mu.Unlock()
 			return api.Sandbox{}, false
@@ -349,7 +440,7 @@ func (ps *Keeper) InterceptCreate(ctx context.Context, req api.CreateSandboxRequ
 		sb, err := ps.core.HandOut(ctx, h, req, tmpl)
 		// Refill after the claim: the new sandbox's start-up must not
 		// compete with the claim for the CPU and the store.
-		go ps.fill(tmpl.Name)
+		go ps.fill(k)
 		if err == nil {
 			ps.mu.Lock()
 			p.claims++

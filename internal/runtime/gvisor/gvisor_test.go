@@ -20,10 +20,8 @@ import (
 const testCgroupParent = "agentbox-gvisor-test"
 
 var (
-	rootOnce  sync.Once
-	rootDir   string // the backends' Root, shared by every test
-	layerDir  string
-	layerOnce sync.Once
+	rootOnce sync.Once
+	rootDir  string // the backends' Root, shared by every test
 )
 
 func TestMain(m *testing.M) {
@@ -34,10 +32,8 @@ func TestMain(m *testing.M) {
 		// its root once per root.
 		_ = unix.Unmount(filepath.Join(rootDir, "runsc", "null-netns"), unix.MNT_DETACH)
 	}
-	for _, d := range []string{rootDir, layerDir} {
-		if d != "" {
-			os.RemoveAll(d)
-		}
+	if rootDir != "" {
+		os.RemoveAll(rootDir)
 	}
 	os.Exit(code)
 }
@@ -64,26 +60,6 @@ func testRoot(t testing.TB) string {
 	return rootDir
 }
 
-func sharedLayer(t testing.TB) string {
-	t.Helper()
-	layerOnce.Do(func() {
-		d, err := os.MkdirTemp("", "agentbox-gvlayer-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(d, 0o700) // host root only, as under a data dir
-		layerDir = d
-	})
-	layer := filepath.Join(layerDir, "busybox")
-	if _, err := os.Stat(layer); err != nil {
-		src := runtimetest.BusyboxLayer(t, runtimetest.TestIDMap)
-		if err := os.Rename(src, layer); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return layer
-}
-
 func newBackendTB(t testing.TB) *Backend {
 	t.Helper()
 	b, err := New(Config{Root: testRoot(t), CgroupParent: testCgroupParent, Logger: slog.New(slog.DiscardHandler)})
@@ -99,7 +75,7 @@ func fixture(t *testing.T) runtimetest.Fixture {
 	requiresRunsc(t)
 	return runtimetest.Fixture{
 		NewBackend: func(t *testing.T) runtime.Backend { return newBackendTB(t) },
-		Layer:      sharedLayer(t),
+		Layer:      runtimetest.SharedLayer(t),
 		RunnerDir:  runtimetest.RunnerDir(t),
 		Limits:     readLimits,
 		Leftovers:  leftovers,
@@ -111,23 +87,6 @@ func TestConformance(t *testing.T) {
 	runtimetest.Run(t, fixture(t))
 }
 
-func readInt(t *testing.T, path string) int64 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.Fields(string(b))[0]
-	if s == "max" {
-		return -1
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // readLimits reads the limits runsc applied back from the host cgroup.
 func readLimits(t *testing.T, sb runtime.Sandbox) runtime.Resources {
 	s := sb.(*sandbox)
@@ -135,27 +94,18 @@ func readLimits(t *testing.T, sb runtime.Sandbox) runtime.Resources {
 	var r runtime.Resources
 	if s.b.mode == "v2" {
 		dir := filepath.Join(cgroupRoot, rel)
-		b, err := os.ReadFile(filepath.Join(dir, "cpu.max"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := strings.Fields(string(b))
-		q, _ := strconv.ParseFloat(f[0], 64)
-		p, _ := strconv.ParseFloat(f[1], 64)
-		r.CPUs = q / p
-		r.MemoryBytes = readInt(t, filepath.Join(dir, "memory.max"))
+		r.CPUs = runtimetest.CPUMax(t, dir)
+		r.MemoryBytes = runtimetest.CgroupInt(t, filepath.Join(dir, "memory.max"))
 		r.PidsMax = sentryPidsLimit(t, s)
-		if host := readInt(t, filepath.Join(dir, "pids.max")); host != hostPidsLimit(r.PidsMax) {
+		if host := runtimetest.CgroupInt(t, filepath.Join(dir, "pids.max")); host != hostPidsLimit(r.PidsMax) {
 			t.Errorf("host pids.max = %d, want the backstop %d", host, hostPidsLimit(r.PidsMax))
 		}
 		return r
 	}
 	r.PidsMax = sentryPidsLimit(t, s)
-	quota := readInt(t, filepath.Join(cgroupRoot, "cpu", rel, "cpu.cfs_quota_us"))
-	period := readInt(t, filepath.Join(cgroupRoot, "cpu", rel, "cpu.cfs_period_us"))
-	r.CPUs = float64(quota) / float64(period)
-	r.MemoryBytes = readInt(t, filepath.Join(cgroupRoot, "memory", rel, "memory.limit_in_bytes"))
-	if host := readInt(t, filepath.Join(cgroupRoot, "pids", rel, "pids.max")); host != hostPidsLimit(r.PidsMax) {
+	r.CPUs = runtimetest.CFSQuota(t, filepath.Join(cgroupRoot, "cpu", rel))
+	r.MemoryBytes = runtimetest.CgroupInt(t, filepath.Join(cgroupRoot, "memory", rel, "memory.limit_in_bytes"))
+	if host := runtimetest.CgroupInt(t, filepath.Join(cgroupRoot, "pids", rel, "pids.max")); host != hostPidsLimit(r.PidsMax) {
 		t.Errorf("host pids.max = %d, want the backstop %d", host, hostPidsLimit(r.PidsMax))
 	}
 	return r
@@ -186,14 +136,8 @@ func sentryPidsLimit(t *testing.T, s *sandbox) int64 {
 // leftovers lists what of sandbox id is still on the host: cgroup dirs in
 // any hierarchy, its bundle, runsc's state of it.
 func leftovers(t *testing.T, id string) []string {
-	var out []string
-	matches, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", testCgroupParent, id))
-	out = append(out, matches...)
-	for _, p := range []string{filepath.Join(cgroupRoot, testCgroupParent, id), filepath.Join(rootDir, "b", id)} {
-		if _, err := os.Lstat(p); err == nil {
-			out = append(out, p)
-		}
-	}
+	out := runtimetest.CgroupLeftovers(cgroupRoot, testCgroupParent, id)
+	out = append(out, runtimetest.Existing(filepath.Join(rootDir, "b", id))...)
 	states, _ := filepath.Glob(filepath.Join(rootDir, "runsc", id+"*"))
 	return append(out, states...)
 }

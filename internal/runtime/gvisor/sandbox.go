@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/procwatch"
 )
 
 // state is what Sandbox.State returns and Recover reads back. Fields are
@@ -66,12 +67,7 @@ func (s *sandbox) State() []byte {
 // Status is running until the sandbox process (which ends with the guest)
 // has exited.
 func (s *sandbox) Status(ctx context.Context) (runtime.Status, error) {
-	select {
-	case <-s.done:
-		return runtime.StatusStopped, nil
-	default:
-		return runtime.StatusRunning, nil
-	}
+	return procwatch.Status(s.done), nil
 }
 
 // Destroy deletes the runsc container (killing the sentry, its gofer and
@@ -88,12 +84,8 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	if err := s.b.deleteContainer(ctx, s.spec.ID); err != nil {
 		return fmt.Errorf("destroying sandbox %s: %w", s.spec.ID, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, teardownTimeout)
-	defer cancel()
-	select {
-	case <-s.done:
-	case <-wctx.Done():
-		return fmt.Errorf("destroying sandbox %s: sandbox pid %d did not exit: %w", s.spec.ID, s.st.Pid, errdefs.ErrDeadlineExceeded)
+	if err := procwatch.WaitExit(ctx, s.done, teardownTimeout); err != nil {
+		return fmt.Errorf("destroying sandbox %s: sandbox pid %d: %w", s.spec.ID, s.st.Pid, err)
 	}
 	if err := s.b.removeRest(ctx, s.spec); err != nil {
 		return fmt.Errorf("destroying sandbox %s: %w", s.spec.ID, err)

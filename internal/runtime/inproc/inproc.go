@@ -91,6 +91,10 @@ type Config struct {
 	Version string
 	// Logger receives the backend's and the guests' logs; nil discards.
 	Logger *slog.Logger
+	// Name is the backend's name in Capabilities; "" is Name. A second
+	// Backend under another name stands for a second backend (a Manager
+	// with two, as a daemon with native and gvisor).
+	Name string
 }
 
 // Backend serves each sandbox's guest in-process. Its methods are safe for
@@ -149,7 +153,11 @@ var idRE = lazyregexp.New(`^[a-z0-9-]{1,64}$`)
 
 // Capabilities reports what the backend enforces: pausing and stats only.
 func (b *Backend) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{Name: Name, Features: []string{runtime.CapPause, runtime.CapStats}}
+	name := b.cfg.Name
+	if name == "" {
+		name = Name
+	}
+	return runtime.Capabilities{Name: name, Features: []string{runtime.CapPause, runtime.CapStats}}
 }
 
 // Create starts the guest of spec. Layers, UpperDir and RunnerDir's

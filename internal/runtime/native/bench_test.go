@@ -11,7 +11,7 @@ import (
 // BenchmarkCreateDestroy measures a full sandbox lifecycle: create, guest
 // ready (socket answering a command), destroy.
 func BenchmarkCreateDestroy(b *testing.B) {
-	layer := sharedLayer(b)
+	layer := runtimetest.SharedLayer(b)
 	runner := runtimetest.RunnerDir(b)
 	be := newBackendTB(b)
 	ctx := context.Background()
@@ -38,7 +38,7 @@ func BenchmarkCreateDestroy(b *testing.B) {
 func BenchmarkCreateReady(b *testing.B) {
 	for _, mode := range []string{"cold", "prespawn"} {
 		b.Run(mode, func(b *testing.B) {
-			layer := sharedLayer(b)
+			layer := runtimetest.SharedLayer(b)
 			runner := runtimetest.RunnerDir(b)
 			be := newBackendTB(b)
 			if mode == "prespawn" {

@@ -96,7 +96,7 @@ func BenchmarkIDMapNamespace(b *testing.B) {
 // BenchmarkBuildMounts is the host side of a create's filesystem: the
 // overlay (idmapped, its namespace cached) and the runner bind.
 func BenchmarkBuildMounts(b *testing.B) {
-	layer := sharedLayer(b)
+	layer := runtimetest.SharedLayer(b)
 	runnerDir := runtimetest.RunnerDir(b)
 	bk := newBackendTB(b)
 	defer bk.Close()

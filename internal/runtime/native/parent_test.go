@@ -112,8 +112,7 @@ func TestRecoverLegacyParent(t *testing.T) {
 		t.Error("the legacy sandbox's guest still runs after Cleanup")
 	}
 	// The recovering backend's pidfd watcher must be done too before the
-	// test returns: it reads the package's poll hook, which later tests
-	// replace (a data race under -race otherwise).
+	// test returns: it saw the guest exit.
 	select {
 	case <-sb2.Wait():
 	case <-time.After(10 * time.Second):

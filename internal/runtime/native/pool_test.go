@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -157,7 +156,7 @@ func testLogger() *slog.Logger {
 func TestNewRemovesPartialZygoteCgroups(t *testing.T) {
 	testutil.RequiresRoot(t)
 	if cgroupMode() == "v2" {
-		t.Skip("zygotes are kept on cgroup v1 hierarchies only")
+		testutil.NotApplicable(t, "zygotes are kept on cgroup v1 hierarchies only")
 	}
 	roots := newBackendTB(t).hierarchyRoots()
 	testutil.Requires(t, len(roots) >= 2, fmt.Sprintf("at least 2 cgroup v1 hierarchies (found %d)", len(roots)))
@@ -182,17 +181,8 @@ func TestNewRemovesPartialZygoteCgroups(t *testing.T) {
 			_ = os.Remove(filepath.Dir(d))
 		}
 	})
-	sleep := exec.Command("sleep", "60")
-	if err := sleep.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = sleep.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = sleep.Process.Kill()
-		<-exited
-	})
-	if err := os.WriteFile(filepath.Join(dirs[0], "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0); err != nil {
+	sleep, exited := testutil.Sleeper(t)
+	if err := os.WriteFile(filepath.Join(dirs[0], "cgroup.procs"), []byte(strconv.Itoa(sleep.Pid)), 0); err != nil {
 		t.Fatal(err)
 	}
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/procwatch"
 )
 
 // destroyWaitTimeout bounds how long Destroy waits for the guest to be gone
@@ -57,12 +58,7 @@ func (s *sandbox) State() []byte {
 
 // Status is running until the guest (PID 1 of the sandbox) has exited.
 func (s *sandbox) Status(ctx context.Context) (runtime.Status, error) {
-	select {
-	case <-s.done:
-		return runtime.StatusStopped, nil
-	default:
-		return runtime.StatusRunning, nil
-	}
+	return procwatch.Status(s.done), nil
 }
 
 // Destroy kills every process in the sandbox's cgroup (escaped session
@@ -78,12 +74,8 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	if err := s.cg.killAll(ctx); err != nil {
 		return fmt.Errorf("destroying sandbox %s: %w", s.spec.ID, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, destroyWaitTimeout)
-	defer cancel()
-	select {
-	case <-s.done:
-	case <-wctx.Done():
-		return fmt.Errorf("destroying sandbox %s: guest pid %d did not exit: %w", s.spec.ID, s.st.Pid, errdefs.ErrDeadlineExceeded)
+	if err := procwatch.WaitExit(ctx, s.done, destroyWaitTimeout); err != nil {
+		return fmt.Errorf("destroying sandbox %s: guest pid %d: %w", s.spec.ID, s.st.Pid, err)
 	}
 	if err := s.cg.delete(); err != nil {
 		return fmt.Errorf("destroying sandbox %s: %w", s.spec.ID, err)

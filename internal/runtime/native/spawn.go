@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/runtime"
 	"github.com/agentbox/agentbox/internal/runtime/native/forker"
 	"github.com/agentbox/agentbox/internal/runtime/native/nsinit"
+	"github.com/agentbox/agentbox/internal/runtime/procwatch"
 )
 
 const (
@@ -140,7 +141,7 @@ func (b *Backend) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Sand
 	if err := g.waitReady(ctx); err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 	}
-	st, err := procStartTime(g.pid)
+	st, err := procwatch.StartTime(g.pid)
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: guest pid %d: %w", spec.ID, g.pid, err)
 	}
@@ -331,7 +332,7 @@ func spawnGuest(f *guestForker, runnerDir string, uids, gids runtime.IDMap, lnFi
 			closeParent()
 			return nil, fmt.Errorf("starting guest %s: %w", path, err)
 		}
-		if done, err = watchPidfd(pidfd); err != nil {
+		if done, err = procwatch.Watch(pidfd); err != nil {
 			_ = unix.Kill(pid, unix.SIGKILL)
 			closeParent()
 			return nil, fmt.Errorf("starting guest %s: %w", path, err)

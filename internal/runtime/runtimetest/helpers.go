@@ -28,6 +28,9 @@ var (
 	buildOnce sync.Once
 	buildDir  string
 	buildErr  error
+
+	layerOnce sync.Once
+	layerDir  string // SharedLayer's
 )
 
 // TestGuestBinary builds the test guest (package testguest) once per test
@@ -64,10 +67,13 @@ func TestGuestBinary(t testing.TB) string {
 	return filepath.Join(buildDir, "agentbox")
 }
 
-// RemoveBuildCache removes the test guest built by TestGuestBinary.
+// RemoveBuildCache removes the test guest built by TestGuestBinary and the
+// layer of SharedLayer.
 func RemoveBuildCache() {
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
+	for _, d := range []string{buildDir, layerDir} {
+		if d != "" {
+			os.RemoveAll(d)
+		}
 	}
 }
 
@@ -169,6 +175,33 @@ func BusyboxLayer(t testing.TB, m runtime.IDMap) string {
 	}
 	ChownTree(t, root, m)
 	return root
+}
+
+// SharedLayer returns a busybox layer (BusyboxLayer, owned by TestIDMap)
+// shared by every test of the test binary: a layer is only ever a
+// read-only lower dir. It lies in a directory host root alone may enter,
+// as under a daemon's data dir. Call RemoveBuildCache from TestMain to
+// delete it. Needs root.
+func SharedLayer(t testing.TB) string {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	layerOnce.Do(func() {
+		d, err := os.MkdirTemp("", "agentbox-layer-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, 0o700)
+		layerDir = d
+	})
+	layer := filepath.Join(layerDir, "busybox")
+	if _, err := os.Stat(layer); err != nil {
+		src := BusyboxLayer(t, TestIDMap)
+		// t.TempDir vanishes with t: move the tree to the shared dir.
+		if err := os.Rename(src, layer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return layer
 }
 
 // ChownTree changes the owner of every entry under dir to the mapped root.

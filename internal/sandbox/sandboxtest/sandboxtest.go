@@ -46,6 +46,10 @@ type Env struct {
 	// Base is the layer of template "base": etc/base.txt ("base\n").
 	Base    layers.Layer
 	Backend *inproc.Backend
+	// Others are further backends of the Manager (Backend is its
+	// default), e.g. an inproc.Backend under another name; none unless an
+	// Option sets them.
+	Others []runtime.Backend
 }
 
 // Option changes the Manager's Config (Extensions, Clock, ...) before
@@ -121,7 +125,7 @@ func New(t testing.TB, opts ...Option) *Env {
 // sandboxes are deleted when the test ends.
 func (e *Env) Manager() *sandbox.Manager {
 	e.T.Helper()
-	backends, err := runtime.NewRegistry("", e.Backend)
+	backends, err := runtime.NewRegistry("", append([]runtime.Backend{e.Backend}, e.Others...)...)
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -604,8 +604,11 @@ def deliver_hook(hook_id: str, secret: str, body: Union[str, bytes], wait: bool,
 
 # --- pools, storage, runners --------------------------------------------
 
-def set_pool(template: str, size: int) -> Call[Obj]:
-    return Call("PUT", "/templates/" + quote(template) + "/pool", json_body={"size": size})
+def set_pool(template: str, size: int, runtime: Optional[str] = None) -> Call[Obj]:
+    body: Dict[str, Any] = {"size": size}
+    if runtime:
+        body["runtime"] = runtime
+    return Call("PUT", "/templates/" + quote(template) + "/pool", json_body=body)
 
 
 def pools() -> Call[Objs]:

@@ -88,9 +88,11 @@ class Operations:
 
     # --- pools, storage, runners ---------------------------------------
 
-    def set_pool(self, template: str, size: int) -> Dict[str, Any]:
-        """Keep size sandboxes of template warm (0 turns the pool off)."""
-        return self._t.do(api.set_pool(template, size))
+    def set_pool(self, template: str, size: int, runtime: Optional[str] = None) -> Dict[str, Any]:
+        """Keep size sandboxes of template warm (0 turns the pool off), on
+        backend runtime (default: the one a create of the template naming
+        none runs on); a template may have a pool per backend."""
+        return self._t.do(api.set_pool(template, size, runtime))
 
     def pools(self) -> List[Dict[str, Any]]:
         return self._t.do(api.pools())

@@ -599,9 +599,9 @@ class TestOperations(DaemonTest):
     def test_pools_storage_runners(self):
         admin = self.admin()
         p = admin.set_pool(TEMPLATE, 1)
-        self.assertEqual(p.get("size"), 1)
-        self.assertIn(TEMPLATE, [x.get("template") for x in admin.pools()])
-        admin.set_pool(TEMPLATE, 0)
+        self.assertEqual((p.get("size"), p.get("runtime")), (1, "native"))
+        self.assertIn((TEMPLATE, "native"), [(x.get("template"), x.get("runtime")) for x in admin.pools()])
+        admin.set_pool(TEMPLATE, 0, runtime="native")
 
         with admin.sandbox(template=TEMPLATE) as sb:
             sb.write_file("/root/exported", "yes")

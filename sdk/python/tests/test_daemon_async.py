@@ -622,9 +622,10 @@ class TestAsyncOperations(AsyncDaemonTest):
 
     async def test_pools_storage_runners(self):
         admin = self.admin()
-        self.assertEqual((await admin.set_pool(TEMPLATE, 1)).get("size"), 1)
-        self.assertIn(TEMPLATE, [x.get("template") for x in await admin.pools()])
-        await admin.set_pool(TEMPLATE, 0)
+        p = await admin.set_pool(TEMPLATE, 1)
+        self.assertEqual((p.get("size"), p.get("runtime")), (1, "native"))
+        self.assertIn((TEMPLATE, "native"), [(x.get("template"), x.get("runtime")) for x in await admin.pools()])
+        await admin.set_pool(TEMPLATE, 0, runtime="native")
         async with admin.sandbox(template=TEMPLATE) as sb:
             await sb.write_file("/root/exported", "yes")
             ck = await sb.checkpoint("apy-export")
