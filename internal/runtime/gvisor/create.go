@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/cleanup"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
+	"github.com/agentbox/agentbox/internal/runtime/procwatch"
 	"github.com/agentbox/agentbox/internal/runtime/gvisor/gvinit"
 )
 
@@ -128,12 +129,12 @@ func (b *Backend) create(ctx context.Context, spec runtime.Spec, image string) (
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: sandbox pid %d: %w", spec.ID, pid, err)
 	}
-	startTime, err := procStartTime(pid)
+	startTime, err := procwatch.StartTime(pid)
 	if err != nil {
 		unix.Close(pidfd)
 		return nil, fmt.Errorf("creating sandbox %s: sandbox pid %d: %w", spec.ID, pid, err)
 	}
-	done, err := watchPidfd(pidfd)
+	done, err := procwatch.Watch(pidfd)
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", spec.ID, err)
 	}

@@ -78,8 +78,3 @@ func (b *Backend) Cleanup(ctx context.Context, spec runtime.Spec) error {
 	return nil
 }
 
-// The shared helpers under the names create.go calls them by.
-var (
-	procStartTime = procwatch.StartTime
-	watchPidfd    = procwatch.Watch
-)
