@@ -19,8 +19,8 @@ import (
 	"github.com/agentbox/agentbox/internal/cleanup"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/runtime"
-	"github.com/agentbox/agentbox/internal/runtime/procwatch"
 	"github.com/agentbox/agentbox/internal/runtime/gvisor/gvinit"
+	"github.com/agentbox/agentbox/internal/runtime/procwatch"
 )
 
 const (

@@ -77,4 +77,3 @@ func (b *Backend) Cleanup(ctx context.Context, spec runtime.Spec) error {
 	b.log.InfoContext(ctx, "sandbox cleaned up", "sandbox", spec.ID)
 	return nil
 }
-
