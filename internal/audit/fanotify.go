@@ -1,0 +1,581 @@
+package audit
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// The change tracker: one fanotify group per daemon with a filesystem
+// mark on the filesystem of the sandboxes' writable layers, reporting
+// each change as the handle of the directory it happened in and the
+// entry's name (FAN_REPORT_DFID_NAME, Linux 5.9), or, for a change that
+// names no entry (a hard link count), the handle of the object
+// (FAN_REPORT_FID). A filesystem mark sees every write to that
+// filesystem whatever mount it goes through: overlayfs writes its upper
+// dir through a private clone of its mount, which a mount mark would
+// not see. One reader demultiplexes the events to the tree (tree.go) of
+// the upper dir holding the directory, found by opening the handle
+// (open_by_handle_at) and reading its path once, then cached.
+//
+// A run's end waits for a barrier (a file created in the tracker's own
+// directory: once its event is read, every event queued before it is
+// too), takes the paths named since, and compares only those with the
+// baseline. When events may have been lost (queue overflow, a handle
+// that cannot be resolved, the upper dir itself moved), the run falls
+// back to a full walk, compared with the baseline, and the baseline is
+// rebuilt from it. Whether the kernel reports overlayfs's writes on the
+// upper dir's filesystem at all (before Linux 6.6, overlayfs writes file
+// data through a file whose path is the overlay's, so the event goes to
+// the overlay's inode) is checked at start on a real overlay
+// (probeOverlay); if not, there is no tracker and every run walks.
+
+// trackMask is what the tracker asks to be told.
+const trackMask = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MOVED_FROM | unix.FAN_MOVED_TO |
+	unix.FAN_MODIFY | unix.FAN_ATTRIB | unix.FAN_CLOSE_WRITE | unix.FAN_DELETE_SELF | unix.FAN_MOVE_SELF | unix.FAN_ONDIR
+
+// Info record types (linux/fanotify.h).
+const (
+	infoFID      = 1
+	infoDFIDName = 2
+	infoDFID     = 3
+)
+
+// barrierTimeout bounds the wait for a barrier's event.
+const barrierTimeout = 5 * time.Second
+
+// maxNotOurs bounds the cache of directories outside every upper dir.
+const maxNotOurs = 1 << 16
+
+// tracker follows the upper dirs on one filesystem. Its methods are safe
+// for concurrent use; begin and end of one upper dir are called in turn
+// (the recorder orders a sandbox's runs).
+type tracker struct {
+	fd      int
+	events  *os.File // fd, read by the reader
+	mountFD int      // dir, open: handles are opened relative to it
+	mountID int
+	dir     string // the tracker's own directory (barriers)
+	log     *slog.Logger
+	limit   int // entries of a baseline (scanLimits.Tracked)
+	done    chan struct{}
+
+	// mu guards the fields below.
+	mu         sync.Mutex
+	barrierKey string
+	trees      map[string]*tree // by canonical upper dir
+	dirs       map[string]dirRef
+	notOurs    map[string]struct{}
+	waiters    map[string]chan struct{}
+	seq        uint64
+	// broken says the reader stopped: nothing is tracked any more.
+	broken bool
+	// stats
+	tracked, walked uint64
+}
+
+// dirRef is where a directory handle was found.
+type dirRef struct {
+	t   *tree
+	rel string
+	gen uint64 // t.gen then
+}
+
+// newTracker starts a tracker for the filesystem of dir (created, the
+// tracker's own), checking that it sees overlayfs's writes there.
+func newTracker(dir string, limit int, log *slog.Logger) (*tracker, error) {
+	t, err := startTracker(dir, limit, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.probeOverlay(); err != nil {
+		t.close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// startTracker starts a tracker for the filesystem of dir, unchecked.
+func startTracker(dir string, limit int, log *slog.Logger) (*tracker, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_DFID_NAME|unix.FAN_REPORT_FID,
+		unix.O_RDONLY|unix.O_LARGEFILE|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("fanotify_init: %w", err)
+	}
+	t := &tracker{fd: fd, mountFD: -1, dir: dir, log: log, limit: limit, done: make(chan struct{}),
+		trees: map[string]*tree{}, dirs: map[string]dirRef{}, notOurs: map[string]struct{}{}, waiters: map[string]chan struct{}{}}
+	fail := func(err error) (*tracker, error) {
+		unix.Close(fd)
+		if t.mountFD >= 0 {
+			unix.Close(t.mountFD)
+		}
+		return nil, err
+	}
+	if t.mountFD, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		return fail(err)
+	}
+	h, mid, err := unix.NameToHandleAt(unix.AT_FDCWD, dir, 0)
+	if err != nil {
+		return fail(fmt.Errorf("name_to_handle_at %s: %w", dir, err))
+	}
+	t.mountID, t.barrierKey = mid, handleKey(h.Type(), h.Bytes())
+	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, trackMask, unix.AT_FDCWD, dir); err != nil {
+		return fail(fmt.Errorf("fanotify_mark %s: %w", dir, err))
+	}
+	t.events = os.NewFile(uintptr(fd), "fanotify")
+	go t.read(t.events)
+	return t, nil
+}
+
+// close stops the reader. Idempotent.
+func (t *tracker) close() {
+	t.mu.Lock()
+	f := t.events
+	t.events = nil
+	t.mu.Unlock()
+	if f == nil {
+		return
+	}
+	f.Close()
+	<-t.done
+	unix.Close(t.mountFD)
+}
+
+func handleKey(typ int32, b []byte) string {
+	var k [4]byte
+	binary.LittleEndian.PutUint32(k[:], uint32(typ))
+	return string(k[:]) + string(b)
+}
+
+// read is the reader: it decodes the events of f until it is closed.
+func (t *tracker) read(f *os.File) {
+	defer close(t.done)
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := f.Read(buf)
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			continue
+		}
+		if err != nil {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			if t.events == nil {
+				return // closed
+			}
+			t.log.Warn("audit: reading fanotify events; every run walks from now on", "err", err)
+			t.broken = true
+			t.lostAllLocked()
+			return
+		}
+		t.mu.Lock()
+		t.decodeLocked(buf[:n])
+		t.mu.Unlock()
+	}
+}
+
+// lostAllLocked marks every tree as having missed events and wakes the
+// barriers' waiters (their events may be lost too).
+func (t *tracker) lostAllLocked() {
+	for _, tr := range t.trees {
+		tr.lost = true
+	}
+	for k, ch := range t.waiters {
+		close(ch)
+		delete(t.waiters, k)
+	}
+}
+
+// decodeLocked handles a buffer of events.
+func (t *tracker) decodeLocked(b []byte) {
+	for len(b) >= unix.FAN_EVENT_METADATA_LEN {
+		evLen := int(binary.LittleEndian.Uint32(b[0:]))
+		metaLen := int(binary.LittleEndian.Uint16(b[6:]))
+		if evLen < metaLen || evLen > len(b) || metaLen < unix.FAN_EVENT_METADATA_LEN {
+			t.lostAllLocked()
+			return
+		}
+		mask := binary.LittleEndian.Uint64(b[8:])
+		if fd := int32(binary.LittleEndian.Uint32(b[16:])); fd >= 0 {
+			unix.Close(int(fd))
+		}
+		t.eventLocked(mask, b[metaLen:evLen])
+		b = b[evLen:]
+	}
+}
+
+// eventLocked handles one event with info records info.
+func (t *tracker) eventLocked(mask uint64, info []byte) {
+	if mask&unix.FAN_Q_OVERFLOW != 0 {
+		t.log.Warn("audit: fanotify queue overflowed; the next run of each sandbox walks its writable layer")
+		t.lostAllLocked()
+		return
+	}
+	var dirKey, name, objKey string
+	var dirH, objH unix.FileHandle
+	haveDir, haveObj := false, false
+	for len(info) >= 4 {
+		typ := info[0]
+		l := int(binary.LittleEndian.Uint16(info[2:]))
+		if l < 4 || l > len(info) {
+			t.lostAllLocked()
+			return
+		}
+		rec := info[:l]
+		info = info[l:]
+		// header (4), fsid (8), handle_bytes (4), handle_type (4), handle
+		if len(rec) < 20 {
+			continue
+		}
+		hb := int(binary.LittleEndian.Uint32(rec[12:]))
+		ht := int32(binary.LittleEndian.Uint32(rec[16:]))
+		if 20+hb > len(rec) {
+			t.lostAllLocked()
+			return
+		}
+		h := rec[20 : 20+hb]
+		switch typ {
+		case infoDFIDName, infoDFID:
+			dirKey, dirH, haveDir = handleKey(ht, h), unix.NewFileHandle(ht, h), true
+			if typ == infoDFIDName {
+				nm := rec[20+hb:]
+				if i := indexByte(nm, 0); i >= 0 {
+					nm = nm[:i]
+				}
+				name = string(nm)
+			}
+		case infoFID:
+			objKey, objH, haveObj = handleKey(ht, h), unix.NewFileHandle(ht, h), true
+		}
+	}
+	switch {
+	case haveDir && dirKey == t.barrierKey:
+		if ch, ok := t.waiters[name]; ok && mask&unix.FAN_CREATE != 0 {
+			close(ch)
+			delete(t.waiters, name)
+		}
+	case haveDir:
+		ref, ok := t.resolveDirLocked(dirKey, dirH)
+		if !ok {
+			return
+		}
+		tr := ref.t
+		if name == "" || name == "." {
+			if ref.rel == "" {
+				if mask&(unix.FAN_DELETE_SELF|unix.FAN_MOVE_SELF) != 0 {
+					tr.lost = true
+				}
+				return
+			}
+			tr.dirty[ref.rel] = struct{}{}
+			return
+		}
+		tr.dirty[joinRel(ref.rel, name)] = struct{}{}
+		if mask&unix.FAN_ONDIR != 0 {
+			if mask&(unix.FAN_MOVED_FROM|unix.FAN_MOVED_TO|unix.FAN_DELETE) != 0 {
+				tr.gen++ // cached locations below it may be stale
+			}
+			if mask&(unix.FAN_MOVED_TO|unix.FAN_CREATE) != 0 {
+				// A directory from outside (overlayfs's work dir) is now
+				// in an upper dir.
+				clear(t.notOurs)
+			}
+		}
+	case haveObj:
+		t.objectLocked(objKey, objH)
+	}
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// resolveDirLocked finds the tree and path of directory handle h.
+func (t *tracker) resolveDirLocked(key string, h unix.FileHandle) (dirRef, bool) {
+	if ref, ok := t.dirs[key]; ok && ref.gen == ref.t.gen && t.trees[ref.t.upper] == ref.t {
+		return ref, true
+	}
+	if _, ok := t.notOurs[key]; ok {
+		return dirRef{}, false
+	}
+	p, _, err := t.pathOf(h)
+	if err != nil {
+		if !errors.Is(err, unix.ESTALE) && !errors.Is(err, unix.ENOENT) {
+			// Cannot tell whose it is: every tree may have missed it.
+			t.log.Info("audit: resolving a directory of a fanotify event; the next runs walk", "err", err)
+			t.lostAllLocked()
+		}
+		return dirRef{}, false // gone: so is everything in it
+	}
+	tr, rel, ok := t.treeOfLocked(p)
+	if !ok {
+		if len(t.notOurs) >= maxNotOurs {
+			clear(t.notOurs)
+		}
+		t.notOurs[key] = struct{}{}
+		return dirRef{}, false
+	}
+	ref := dirRef{t: tr, rel: rel, gen: tr.gen}
+	t.dirs[key] = ref
+	return ref, true
+}
+
+// objectLocked handles an event naming only an object (a non-directory
+// whose link count changed): its inode is dirty in the tree holding a
+// name of it.
+func (t *tracker) objectLocked(key string, h unix.FileHandle) {
+	_ = key
+	p, st, err := t.pathOf(h)
+	if err != nil {
+		if !errors.Is(err, unix.ESTALE) && !errors.Is(err, unix.ENOENT) {
+			t.log.Info("audit: resolving the object of a fanotify event; the next runs walk", "err", err)
+			t.lostAllLocked()
+		}
+		return
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if tr, rel, ok := t.treeOfLocked(p); ok && rel != "" {
+			tr.dirty[rel] = struct{}{}
+		}
+		return
+	}
+	if tr, _, ok := t.treeOfLocked(p); ok {
+		tr.dirtyInos[st.Ino] = struct{}{}
+		return
+	}
+	if st.Nlink > 1 {
+		// Its other names may be in any upper dir.
+		for _, tr := range t.trees {
+			tr.dirtyInos[st.Ino] = struct{}{}
+		}
+	}
+}
+
+// pathOf opens handle h and returns its path and stat (ENOENT when it
+// is unlinked).
+func (t *tracker) pathOf(h unix.FileHandle) (string, unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := unix.OpenByHandleAt(t.mountFD, h, unix.O_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		return "", st, err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", st, err
+	}
+	if st.Nlink == 0 {
+		return "", st, unix.ENOENT
+	}
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return "", st, err
+	}
+	return p, st, nil
+}
+
+// treeOfLocked finds the tree whose upper dir holds path p.
+func (t *tracker) treeOfLocked(p string) (*tree, string, bool) {
+	for upper, tr := range t.trees {
+		if p == upper {
+			return tr, "", true
+		}
+		if rel, ok := strings.CutPrefix(p, upper+"/"); ok {
+			return tr, rel, true
+		}
+	}
+	return nil, "", false
+}
+
+// barrier returns once every event queued before it was called has been
+// handled.
+func (t *tracker) barrier(ctx context.Context) error {
+	t.mu.Lock()
+	if t.events == nil || t.broken {
+		t.mu.Unlock()
+		return fmt.Errorf("change tracker closed: %w", errdefs.ErrUnavailable)
+	}
+	t.seq++
+	name := "b" + strconv.FormatUint(t.seq, 10)
+	ch := make(chan struct{})
+	t.waiters[name] = ch
+	t.mu.Unlock()
+	forget := func() {
+		t.mu.Lock()
+		delete(t.waiters, name)
+		t.mu.Unlock()
+	}
+	p := filepath.Join(t.dir, name)
+	fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		forget()
+		return fmt.Errorf("barrier: %w", err)
+	}
+	unix.Close(fd)
+	unix.Unlink(p)
+	timer := time.NewTimer(barrierTimeout)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	forget()
+	return fmt.Errorf("barrier: its event did not arrive: %w", errdefs.ErrUnavailable)
+}
+
+// treeFor returns the tree of upper, made on first use; nil when upper
+// cannot be tracked (not on the tracker's mount, or too big).
+func (t *tracker) treeFor(upper string) (*tree, string) {
+	canon, err := filepath.EvalSymlinks(upper)
+	if err != nil {
+		return nil, ""
+	}
+	t.mu.Lock()
+	tr, broken := t.trees[canon], t.broken
+	t.mu.Unlock()
+	if broken {
+		return nil, canon
+	}
+	if tr != nil {
+		if tr.tooBig {
+			return nil, canon
+		}
+		return tr, canon
+	}
+	if _, mid, err := unix.NameToHandleAt(unix.AT_FDCWD, canon, 0); err != nil || mid != t.mountID {
+		return nil, canon
+	}
+	tr = newTree(canon)
+	tr.lost = true // no baseline yet
+	t.mu.Lock()
+	if old := t.trees[canon]; old != nil {
+		tr = old
+	} else {
+		t.trees[canon] = tr
+		// Its directories may have been seen before, as no one's.
+		clear(t.notOurs)
+	}
+	t.mu.Unlock()
+	return tr, canon
+}
+
+// forget stops tracking upper (its sandbox is gone).
+func (t *tracker) forget(upper string) {
+	canon, err := filepath.EvalSymlinks(upper)
+	if err != nil {
+		canon = upper
+	}
+	t.mu.Lock()
+	delete(t.trees, canon)
+	t.mu.Unlock()
+}
+
+// take returns what the reader gathered for tr since the last take.
+func (t *tracker) take(tr *tree) (dirty map[string]struct{}, inos map[uint64]struct{}, lost bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	dirty, inos, lost = tr.dirty, tr.dirtyInos, tr.lost
+	tr.dirty, tr.dirtyInos, tr.lost = map[string]struct{}{}, map[uint64]struct{}{}, false
+	return dirty, inos, lost
+}
+
+// rootIno is the inode of upper (0: none).
+func rootIno(upper string) uint64 {
+	var st unix.Stat_t
+	if unix.Lstat(upper, &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// begin prepares upper for a tracked run. With absorb, what changed
+// since the last run is folded into the baseline unreported (it was done
+// outside runs); without, it will be reported with this run's changes.
+// An error means the run cannot be tracked: it walks.
+func (t *tracker) begin(ctx context.Context, upper string, absorb bool) error {
+	tr, _ := t.treeFor(upper)
+	if tr == nil {
+		return fmt.Errorf("%s is not tracked: %w", upper, errdefs.ErrUnavailable)
+	}
+	if !absorb && tr.built {
+		return nil
+	}
+	if err := t.barrier(ctx); err != nil {
+		return err
+	}
+	dirty, inos, lost := t.take(tr)
+	if lost || !tr.built || rootIno(upper) != tr.rootIno {
+		return t.rebuild(tr, upper)
+	}
+	tr.collect(dirty, inos)
+	return nil
+}
+
+// rebuild lists upper in full as tr's baseline.
+func (t *tracker) rebuild(tr *tree, upper string) error {
+	ino := rootIno(upper)
+	l := scanUpper(upper, t.limit)
+	if l.truncated {
+		t.mu.Lock()
+		tr.tooBig = true
+		t.mu.Unlock()
+		t.log.Info("audit: writable layer too big to track; its runs walk it", "upper", upper, "entries", t.limit)
+		return fmt.Errorf("%s has more than %d entries: %w", upper, t.limit, errdefs.ErrUnavailable)
+	}
+	tr.setBaseline(l)
+	tr.rootIno = ino
+	return nil
+}
+
+// end returns the changes to upper since begin (and, when begin did not
+// absorb, since the last run), folding them into the baseline. When
+// events may have been lost it walks upper and compares with the
+// baseline (walked says so). An error means upper is not tracked.
+func (t *tracker) end(ctx context.Context, upper string) (changes []fileChange, walked bool, err error) {
+	tr, _ := t.treeFor(upper)
+	if tr == nil || !tr.built {
+		return nil, false, fmt.Errorf("%s is not tracked: %w", upper, errdefs.ErrUnavailable)
+	}
+	berr := t.barrier(ctx)
+	dirty, inos, lost := t.take(tr)
+	if berr == nil && !lost && rootIno(upper) == tr.rootIno {
+		changes = tr.collect(dirty, inos)
+		t.mu.Lock()
+		t.tracked++
+		t.mu.Unlock()
+		return changes, false, nil
+	}
+	t.log.Info("audit: change tracker may have missed events; walking the writable layer", "upper", upper, "barrier_err", berr, "lost", lost)
+	before := tr.listing()
+	if err := t.rebuild(tr, upper); err != nil {
+		return nil, true, err
+	}
+	t.mu.Lock()
+	t.walked++
+	t.mu.Unlock()
+	return diffListings(before, tr.listing()), true, nil
+}
