@@ -6,7 +6,6 @@ func TrackerStats(r *Recorder) (on bool, tracked, walked uint64) {
 	if r.trk == nil {
 		return false, 0, 0
 	}
-	r.trk.mu.Lock()
-	defer r.trk.mu.Unlock()
-	return true, r.trk.tracked + r.trk.walked, r.trk.walked
+	t, w := r.trk.stats()
+	return true, t + w, w
 }

@@ -18,8 +18,10 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
-// The change tracker: one fanotify group per daemon with a filesystem
-// mark on the filesystem of the sandboxes' writable layers, reporting
+// The change tracker: a fanotify group per filesystem holding sandboxes'
+// writable layers (the data dir's, or each sandbox's own with
+// loop-device disk quotas; trackers.go), with a filesystem mark on it,
+// reporting
 // each change as the handle of the directory it happened in and the
 // entry's name (FAN_REPORT_DFID_NAME, Linux 5.9), or, for a change that
 // names no entry (a hard link count), the handle of the object
@@ -28,11 +30,15 @@ import (
 // dir through a private clone of its mount, which a mount mark would
 // not see. One reader demultiplexes the events to the tree (tree.go) of
 // the upper dir holding the directory, found by opening the handle
-// (open_by_handle_at) and reading its path once, then cached.
+// (open_by_handle_at, relative to that filesystem's upper dir) and
+// reading its path once, then cached. Nothing is held open on a
+// sandbox's filesystem (it must unmount at delete); a filesystem mark
+// goes with its filesystem.
 //
 // A run's end waits for a barrier (a file created in the tracker's own
-// directory: once its event is read, every event queued before it is
-// too), takes the paths named since, and compares only those with the
+// directory, which has a mark of its own: the group's events queue in
+// the order they happen, whatever their filesystem, so once its event
+// is read, every event queued before it is too), takes the paths named since, and compares only those with the
 // baseline. When events may have been lost (queue overflow, a handle
 // that cannot be resolved, the upper dir itself moved), the run falls
 // back to a full walk, compared with the baseline, and the baseline is
@@ -63,27 +69,45 @@ const maxNotOurs = 1 << 16
 // for concurrent use; begin and end of one upper dir are called in turn
 // (the recorder orders a sandbox's runs).
 type tracker struct {
-	fd      int
-	events  *os.File // fd, read by the reader
-	mountFD int      // dir, open: handles are opened relative to it
-	mountID int
-	dir     string // the tracker's own directory (barriers)
-	log     *slog.Logger
-	limit   int // entries of a baseline (scanLimits.Tracked)
-	done    chan struct{}
+	fd     int
+	events *os.File // fd, read by the reader
+	dir    string   // the tracker's own directory (barriers)
+	log    *slog.Logger
+	limit  int // entries of a baseline (scanLimits.Tracked)
+	done   chan struct{}
 
 	// mu guards the fields below.
 	mu         sync.Mutex
 	barrierKey string
 	trees      map[string]*tree // by canonical upper dir
-	dirs       map[string]dirRef
-	notOurs    map[string]struct{}
-	waiters    map[string]chan struct{}
-	seq        uint64
+	// fs is the filesystem marked (with the first tree), dev its
+	// device: one per group, as fsids need not be unique (loop-device
+	// filesystems made from one image share theirs).
+	fs      fsid
+	dev     uint64
+	marked  bool
+	dirs    map[string]dirRef
+	notOurs map[string]struct{}
+	waiters map[string]chan struct{}
+	seq     uint64
 	// broken says the reader stopped: nothing is tracked any more.
 	broken bool
 	// stats
 	tracked, walked uint64
+}
+
+// fsid identifies a filesystem in events (statfs's f_fsid).
+type fsid [8]byte
+
+func fsidOf(p string) (fsid, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		return fsid{}, err
+	}
+	var id fsid
+	binary.LittleEndian.PutUint32(id[0:], uint32(st.Fsid.Val[0]))
+	binary.LittleEndian.PutUint32(id[4:], uint32(st.Fsid.Val[1]))
+	return id, nil
 }
 
 // dirRef is where a directory handle was found.
@@ -121,24 +145,23 @@ func startTracker(dir string, limit int, log *slog.Logger) (*tracker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fanotify_init: %w", err)
 	}
-	t := &tracker{fd: fd, mountFD: -1, dir: dir, log: log, limit: limit, done: make(chan struct{}),
+	t := &tracker{fd: fd, dir: dir, log: log, limit: limit, done: make(chan struct{}),
 		trees: map[string]*tree{}, dirs: map[string]dirRef{}, notOurs: map[string]struct{}{}, waiters: map[string]chan struct{}{}}
 	fail := func(err error) (*tracker, error) {
 		unix.Close(fd)
-		if t.mountFD >= 0 {
-			unix.Close(t.mountFD)
-		}
 		return nil, err
 	}
-	if t.mountFD, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-		return fail(err)
-	}
-	h, mid, err := unix.NameToHandleAt(unix.AT_FDCWD, dir, 0)
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, dir, 0)
 	if err != nil {
 		return fail(fmt.Errorf("name_to_handle_at %s: %w", dir, err))
 	}
-	t.mountID, t.barrierKey = mid, handleKey(h.Type(), h.Bytes())
-	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, trackMask, unix.AT_FDCWD, dir); err != nil {
+	id, err := fsidOf(dir)
+	if err != nil {
+		return fail(err)
+	}
+	t.barrierKey = handleKey(id, h.Type(), h.Bytes())
+	// An inode mark: only the barriers' events, not the filesystem's.
+	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD, unix.FAN_CREATE, unix.AT_FDCWD, dir); err != nil {
 		return fail(fmt.Errorf("fanotify_mark %s: %w", dir, err))
 	}
 	t.events = os.NewFile(uintptr(fd), "fanotify")
@@ -157,13 +180,12 @@ func (t *tracker) close() {
 	}
 	f.Close()
 	<-t.done
-	unix.Close(t.mountFD)
 }
 
-func handleKey(typ int32, b []byte) string {
+func handleKey(fs fsid, typ int32, b []byte) string {
 	var k [4]byte
 	binary.LittleEndian.PutUint32(k[:], uint32(typ))
-	return string(k[:]) + string(b)
+	return string(fs[:]) + string(k[:]) + string(b)
 }
 
 // read is the reader: it decodes the events of f until it is closed.
@@ -231,6 +253,7 @@ func (t *tracker) eventLocked(mask uint64, info []byte) {
 	}
 	var dirKey, name, objKey string
 	var dirH, objH unix.FileHandle
+	var dirFS, objFS fsid
 	haveDir, haveObj := false, false
 	for len(info) >= 4 {
 		typ := info[0]
@@ -252,9 +275,11 @@ func (t *tracker) eventLocked(mask uint64, info []byte) {
 			return
 		}
 		h := rec[20 : 20+hb]
+		var fs fsid
+		copy(fs[:], rec[4:12])
 		switch typ {
 		case infoDFIDName, infoDFID:
-			dirKey, dirH, haveDir = handleKey(ht, h), unix.NewFileHandle(ht, h), true
+			dirKey, dirH, dirFS, haveDir = handleKey(fs, ht, h), unix.NewFileHandle(ht, h), fs, true
 			if typ == infoDFIDName {
 				nm := rec[20+hb:]
 				if i := indexByte(nm, 0); i >= 0 {
@@ -263,7 +288,7 @@ func (t *tracker) eventLocked(mask uint64, info []byte) {
 				name = string(nm)
 			}
 		case infoFID:
-			objKey, objH, haveObj = handleKey(ht, h), unix.NewFileHandle(ht, h), true
+			objKey, objH, objFS, haveObj = handleKey(fs, ht, h), unix.NewFileHandle(ht, h), fs, true
 		}
 	}
 	switch {
@@ -273,7 +298,7 @@ func (t *tracker) eventLocked(mask uint64, info []byte) {
 			delete(t.waiters, name)
 		}
 	case haveDir:
-		ref, ok := t.resolveDirLocked(dirKey, dirH)
+		ref, ok := t.resolveDirLocked(dirFS, dirKey, dirH)
 		if !ok {
 			return
 		}
@@ -285,10 +310,15 @@ func (t *tracker) eventLocked(mask uint64, info []byte) {
 				}
 				return
 			}
-			tr.dirty[ref.rel] = struct{}{}
+			if _, ok := tr.dirty[ref.rel]; !ok {
+				tr.dirty[ref.rel] = false
+			}
 			return
 		}
-		tr.dirty[joinRel(ref.rel, name)] = struct{}{}
+		// An entry created, deleted or moved may be another object under
+		// the same name, even with the same inode number.
+		p := joinRel(ref.rel, name)
+		tr.dirty[p] = tr.dirty[p] || mask&(unix.FAN_CREATE|unix.FAN_DELETE|unix.FAN_MOVED_FROM|unix.FAN_MOVED_TO) != 0
 		if mask&unix.FAN_ONDIR != 0 {
 			if mask&(unix.FAN_MOVED_FROM|unix.FAN_MOVED_TO|unix.FAN_DELETE) != 0 {
 				tr.gen++ // cached locations below it may be stale
@@ -300,7 +330,7 @@ func (t *tracker) eventLocked(mask uint64, info []byte) {
 			}
 		}
 	case haveObj:
-		t.objectLocked(objKey, objH)
+		t.objectLocked(objFS, objKey, objH)
 	}
 }
 
@@ -314,14 +344,14 @@ func indexByte(b []byte, c byte) int {
 }
 
 // resolveDirLocked finds the tree and path of directory handle h.
-func (t *tracker) resolveDirLocked(key string, h unix.FileHandle) (dirRef, bool) {
+func (t *tracker) resolveDirLocked(fs fsid, key string, h unix.FileHandle) (dirRef, bool) {
 	if ref, ok := t.dirs[key]; ok && ref.gen == ref.t.gen && t.trees[ref.t.upper] == ref.t {
 		return ref, true
 	}
 	if _, ok := t.notOurs[key]; ok {
 		return dirRef{}, false
 	}
-	p, _, err := t.pathOf(h)
+	p, _, err := t.pathOfLocked(fs, h)
 	if err != nil {
 		if !errors.Is(err, unix.ESTALE) && !errors.Is(err, unix.ENOENT) {
 			// Cannot tell whose it is: every tree may have missed it.
@@ -346,9 +376,9 @@ func (t *tracker) resolveDirLocked(key string, h unix.FileHandle) (dirRef, bool)
 // objectLocked handles an event naming only an object (a non-directory
 // whose link count changed): its inode is dirty in the tree holding a
 // name of it.
-func (t *tracker) objectLocked(key string, h unix.FileHandle) {
+func (t *tracker) objectLocked(fs fsid, key string, h unix.FileHandle) {
 	_ = key
-	p, st, err := t.pathOf(h)
+	p, st, err := t.pathOfLocked(fs, h)
 	if err != nil {
 		if !errors.Is(err, unix.ESTALE) && !errors.Is(err, unix.ENOENT) {
 			t.log.Info("audit: resolving the object of a fanotify event; the next runs walk", "err", err)
@@ -358,7 +388,9 @@ func (t *tracker) objectLocked(key string, h unix.FileHandle) {
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		if tr, rel, ok := t.treeOfLocked(p); ok && rel != "" {
-			tr.dirty[rel] = struct{}{}
+			if _, ok := tr.dirty[rel]; !ok {
+				tr.dirty[rel] = false
+			}
 		}
 		return
 	}
@@ -374,11 +406,25 @@ func (t *tracker) objectLocked(key string, h unix.FileHandle) {
 	}
 }
 
-// pathOf opens handle h and returns its path and stat (ENOENT when it
-// is unlinked).
-func (t *tracker) pathOf(h unix.FileHandle) (string, unix.Stat_t, error) {
+// pathOfLocked opens handle h of filesystem fs and returns its path
+// and stat (ENOENT when it is unlinked or not on a marked filesystem).
+func (t *tracker) pathOfLocked(fs fsid, h unix.FileHandle) (string, unix.Stat_t, error) {
 	var st unix.Stat_t
-	fd, err := unix.OpenByHandleAt(t.mountFD, h, unix.O_PATH|unix.O_CLOEXEC)
+	if !t.marked || fs != t.fs {
+		return "", st, unix.ENOENT
+	}
+	mfd := -1
+	for upper := range t.trees {
+		if fd, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+			mfd = fd
+			break
+		}
+	}
+	if mfd < 0 {
+		return "", st, unix.ENOENT
+	}
+	fd, err := unix.OpenByHandleAt(mfd, h, unix.O_PATH|unix.O_CLOEXEC)
+	unix.Close(mfd)
 	if err != nil {
 		return "", st, err
 	}
@@ -466,20 +512,35 @@ func (t *tracker) treeFor(upper string) (*tree, string) {
 		}
 		return tr, canon
 	}
-	if _, mid, err := unix.NameToHandleAt(unix.AT_FDCWD, canon, 0); err != nil || mid != t.mountID {
+	id, err := fsidOf(canon)
+	if err != nil {
+		return nil, canon
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(canon, &st); err != nil {
 		return nil, canon
 	}
 	tr = newTree(canon)
+	tr.fs = id
 	tr.lost = true // no baseline yet
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if old := t.trees[canon]; old != nil {
-		tr = old
-	} else {
-		t.trees[canon] = tr
-		// Its directories may have been seen before, as no one's.
-		clear(t.notOurs)
+		return old, canon
 	}
-	t.mu.Unlock()
+	switch {
+	case t.marked && (t.dev != st.Dev || t.fs != id):
+		return nil, canon // another group's
+	case !t.marked:
+		if err := unix.FanotifyMark(t.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, trackMask, unix.AT_FDCWD, canon); err != nil {
+			t.log.Info("audit: cannot follow a writable layer's filesystem; its runs walk it", "upper", canon, "err", err)
+			return nil, canon
+		}
+		t.marked, t.fs, t.dev = true, id, st.Dev
+	}
+	t.trees[canon] = tr
+	// Its directories may have been seen before, as no one's.
+	clear(t.notOurs)
 	return tr, canon
 }
 
@@ -490,16 +551,27 @@ func (t *tracker) forget(upper string) {
 		canon = upper
 	}
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr := t.trees[canon]
+	if tr == nil {
+		return
+	}
 	delete(t.trees, canon)
-	t.mu.Unlock()
+}
+
+// idle reports whether t follows no tree.
+func (t *tracker) idle() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.trees) == 0
 }
 
 // take returns what the reader gathered for tr since the last take.
-func (t *tracker) take(tr *tree) (dirty map[string]struct{}, inos map[uint64]struct{}, lost bool) {
+func (t *tracker) take(tr *tree) (dirty map[string]bool, inos map[uint64]struct{}, lost bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	dirty, inos, lost = tr.dirty, tr.dirtyInos, tr.lost
-	tr.dirty, tr.dirtyInos, tr.lost = map[string]struct{}{}, map[uint64]struct{}{}, false
+	tr.dirty, tr.dirtyInos, tr.lost = map[string]bool{}, map[uint64]struct{}{}, false
 	return dirty, inos, lost
 }
 
@@ -563,10 +635,12 @@ func (t *tracker) end(ctx context.Context, upper string) (changes []fileChange, 
 	berr := t.barrier(ctx)
 	dirty, inos, lost := t.take(tr)
 	if berr == nil && !lost && rootIno(upper) == tr.rootIno {
+		start := time.Now()
 		changes = tr.collect(dirty, inos)
 		t.mu.Lock()
 		t.tracked++
 		t.mu.Unlock()
+		t.log.DebugContext(ctx, "audit: tracked run", "upper", upper, "paths", len(dirty), "inodes", len(inos), "changes", len(changes), "took", time.Since(start))
 		return changes, false, nil
 	}
 	t.log.Info("audit: change tracker may have missed events; walking the writable layer", "upper", upper, "barrier_err", berr, "lost", lost)

@@ -76,7 +76,7 @@ type Recorder struct {
 	log   *slog.Logger
 	scan  scanLimits
 	core  sandbox.Core // set by Provision, before any hook runs
-	trk   *tracker     // nil: every run walks
+	trk   *trackers    // nil: every run walks
 
 	stop chan struct{}
 	done chan struct{}
@@ -114,7 +114,7 @@ func New(cfg Config) *Recorder {
 	r := &Recorder{cfg: cfg, store: cfg.Store, log: cfg.Logger, scan: defaultScanLimits,
 		stop: make(chan struct{}), done: make(chan struct{}), live: map[string]map[string]*liveRun{}, fs: map[string]*fsState{}}
 	if cfg.TrackDir != "" {
-		trk, err := newTracker(cfg.TrackDir, r.scan.Tracked, r.log)
+		trk, err := newTrackers(cfg.TrackDir, r.scan.Tracked, r.log)
 		if err != nil {
 			r.log.Info("audit: no change tracker; every run walks its writable layer", "err", err)
 		} else {

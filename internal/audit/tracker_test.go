@@ -87,6 +87,7 @@ func TestTrackerMatchesWalk(t *testing.T) {
 		"mv a z",                               // a directory and everything below it moves
 		"echo x > z/b/c/f2; echo y >> z/b/c/f", // in the moved directory, by its new path
 		"mv z a; mv a/b a/b2; mv a/b2 a/b",     // a rename storm back to the start
+		"mv a z; echo x > z/b/c/new; mv z a",   // changed while elsewhere
 		"for i in 1 2 3 4 5 6 7 8 9 10; do mv top top.$i; mv top.$i top; done",
 		"echo via-link >> d/hard",                                       // changes top too
 		"ln top tmp-link; rm tmp-link",                                  // top's ctime only

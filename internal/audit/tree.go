@@ -19,6 +19,7 @@ import (
 // went; never the whole layer.
 type tree struct {
 	upper   string // canonical host path
+	fs      fsid   // its filesystem
 	rootIno uint64
 
 	// tooBig says its baseline would exceed scanLimits.Tracked entries:
@@ -34,13 +35,14 @@ type tree struct {
 	inos  map[uint64][]string
 
 	// Guarded by the tracker's mu (the reader adds, collect takes):
-	// dirty are paths events named, dirtyInos the inodes of events that
+	// dirty are paths events named (true: the entry itself was created,
+	// deleted or moved), dirtyInos the inodes of events that
 	// named no path, lost says events may have been missed (a queue
 	// overflow, the upper dir itself moved or deleted): the baseline
 	// must be checked against a full walk. gen counts the directory
 	// moves and deletions in the tree: a directory's cached location
 	// from an earlier gen is looked up again.
-	dirty     map[string]struct{}
+	dirty     map[string]bool
 	dirtyInos map[uint64]struct{}
 	lost      bool
 	gen       uint64
@@ -48,7 +50,7 @@ type tree struct {
 
 func newTree(upper string) *tree {
 	return &tree{upper: upper, files: map[string]fileState{}, kids: map[string]map[string]struct{}{},
-		inos: map[uint64][]string{}, dirty: map[string]struct{}{}, dirtyInos: map[uint64]struct{}{}}
+		inos: map[uint64][]string{}, dirty: map[string]bool{}, dirtyInos: map[uint64]struct{}{}}
 }
 
 // setBaseline replaces the baseline with l.
@@ -144,14 +146,28 @@ func joinRel(dir, name string) string {
 // returns them, sorted by path. It follows from each dirty path to
 // what its change may have changed without an event of its own: the
 // entries below a directory that appeared (moved in: they were never
-// named) or went, and the other names of a file's inode.
-func (t *tree) collect(dirty map[string]struct{}, inos map[uint64]struct{}) []fileChange {
-	queue := make([]string, 0, len(dirty))
+// named) or went, and the other names of a file's inode. A directory
+// whose entry was replaced (dirty[p] true) is taken as another one, even
+// with the same inode number (a number is reused).
+func (t *tree) collect(dirty map[string]bool, inos map[uint64]struct{}) []fileChange {
+	// force: below a directory taken as another one, every entry is
+	// (what happened below it while it was elsewhere has no event under
+	// this path).
+	type item struct {
+		p     string
+		force bool
+	}
+	queue := make([]item, 0, len(dirty))
 	for p := range dirty {
-		queue = append(queue, p)
+		queue = append(queue, item{p, false})
+	}
+	names := func(ps []string) {
+		for _, p := range ps {
+			queue = append(queue, item{p, false})
+		}
 	}
 	for ino := range inos {
-		queue = append(queue, t.inos[ino]...)
+		names(t.inos[ino])
 	}
 	seen := map[string]struct{}{}
 	type entry struct {
@@ -160,8 +176,9 @@ func (t *tree) collect(dirty map[string]struct{}, inos map[uint64]struct{}) []fi
 	}
 	got := map[string]entry{}
 	for len(queue) > 0 {
-		p := queue[len(queue)-1]
+		it := queue[len(queue)-1]
 		queue = queue[:len(queue)-1]
+		p := it.p
 		if _, ok := seen[p]; ok || p == "" {
 			continue
 		}
@@ -169,20 +186,22 @@ func (t *tree) collect(dirty map[string]struct{}, inos map[uint64]struct{}) []fi
 		b, had := t.files[p]
 		a, present := statBeneath(t.upper, p)
 		got[p] = entry{b, a, had, present}
-		sameDir := had && present && b.mode.IsDir() && a.mode.IsDir() && a.ino == b.ino
+		sameDir := had && present && b.mode.IsDir() && a.mode.IsDir() && a.ino == b.ino && !dirty[p] && !it.force
 		if had && b.mode.IsDir() && !sameDir {
 			for name := range t.kids[p] {
-				queue = append(queue, joinRel(p, name))
+				queue = append(queue, item{joinRel(p, name), true})
 			}
 		}
 		if present && a.mode.IsDir() && !sameDir {
-			queue = append(queue, listBeneath(t.upper, p)...)
+			for _, c := range listBeneath(t.upper, p) {
+				queue = append(queue, item{c, true})
+			}
 		}
 		if had && !b.mode.IsDir() {
-			queue = append(queue, t.inos[b.ino]...)
+			names(t.inos[b.ino])
 		}
 		if present && !a.mode.IsDir() && (a.nlink > 1 || (had && a.ino != b.ino)) {
-			queue = append(queue, t.inos[a.ino]...)
+			names(t.inos[a.ino])
 		}
 	}
 	before, after := listing{files: map[string]fileState{}}, listing{files: map[string]fileState{}}
