@@ -52,45 +52,43 @@ func lastSeq(t *testing.T, sb *agentbox.Sandbox) uint64 {
 	return evs[len(evs)-1].Seq
 }
 
-// The flight recorder's change tracker (fanotify on the writable layers'
-// filesystem) records exactly what listing the layer before and after
-// each run records, for a workload from inside the sandbox that tries
-// to hide changes from an event-driven view: rename storms of files and
-// directories (entries below a moved directory get no event), hard
-// links (a change through one name is one of the other's too; a link
-// made and removed in one run changes only the first name's ctime),
-// files created and deleted within a run, a directory replaced by a
-// file, lower-layer files copied up and deleted (whiteouts), writes
-// through a shared mapping. Two daemons, one walking (--audit-walk),
-// run the same workload; their records must match run for run. Then, on
-// the tracking daemon, a layer of 30,000 files (past the 20,000 entries
-// a walk lists) records a change deep in it.
-func TestFlightRecorderTrackerMatchesWalk(t *testing.T) {
-	tracked := newDaemon(t)
-	walked := newDaemonWith(t, "--audit-walk")
-	workload := []string{
-		"mkdir -p /root/a/b/c /root/d && echo 1 > /root/a/b/c/f && echo 2 > /root/d/g && echo 3 > /root/top && ln /root/top /root/d/hard",
-		"echo new > /root/n1; echo more >> /root/top; rm /root/d/g",
-		"mv /root/a /root/z",
-		"echo x > /root/z/b/c/f2; echo y >> /root/z/b/c/f",
-		"mv /root/z /root/a; mv /root/a/b /root/a/b2; mv /root/a/b2 /root/a/b",
-		"mv /root/a /root/z; echo x > /root/z/b/c/new; mv /root/z /root/a",
-		"cd /root; for i in 1 2 3 4 5 6 7 8 9 10; do mv top top.$i; mv top.$i top; done",
-		"echo via-link >> /root/d/hard",
-		"ln /root/top /root/tmp-link; rm /root/tmp-link",
-		"echo gone > /root/tmp; rm /root/tmp; mkdir /root/tmpd; touch /root/tmpd/x; rm -r /root/tmpd",
-		"rm -r /root/a/b; echo file > /root/a/b",
-		"chmod 600 /root/n1; truncate -s 0 /root/d/hard",
-		"echo changed >> /etc/group; rm /etc/hostname; mv /etc/passwd /etc/passwd.old",
-		"ln -s /etc/passwd /root/link; mkfifo /root/fifo; mkdir -p /root/deep/er/est; mv /root/deep /root/d/",
-		"rm -rf /root/d; mkdir /root/d; echo back > /root/d/g",
-		"dd if=/dev/zero of=/root/m bs=4096 count=1 2>/dev/null; printf mmap | dd of=/root/m conv=notrunc 2>/dev/null",
-	}
+// hidingWorkload is a workload from inside a sandbox that tries to hide
+// changes from an event-driven view of its writable layer: rename
+// storms of files and directories (entries below a moved directory get
+// no event), hard links (a change through one name is one of the
+// other's too; a link made and removed in one run changes only the
+// first name's ctime), files created and deleted within a run, a
+// directory replaced by a file, a directory changed while it was moved
+// elsewhere, lower-layer files copied up and deleted (whiteouts), a
+// file rewritten in place.
+var hidingWorkload = []string{
+	"mkdir -p /root/a/b/c /root/d && echo 1 > /root/a/b/c/f && echo 2 > /root/d/g && echo 3 > /root/top && ln /root/top /root/d/hard",
+	"echo new > /root/n1; echo more >> /root/top; rm /root/d/g",
+	"mv /root/a /root/z",
+	"echo x > /root/z/b/c/f2; echo y >> /root/z/b/c/f",
+	"mv /root/z /root/a; mv /root/a/b /root/a/b2; mv /root/a/b2 /root/a/b",
+	"mv /root/a /root/z; echo x > /root/z/b/c/new; mv /root/z /root/a",
+	"cd /root; for i in 1 2 3 4 5 6 7 8 9 10; do mv top top.$i; mv top.$i top; done",
+	"echo via-link >> /root/d/hard",
+	"ln /root/top /root/tmp-link; rm /root/tmp-link",
+	"echo gone > /root/tmp; rm /root/tmp; mkdir /root/tmpd; touch /root/tmpd/x; rm -r /root/tmpd",
+	"rm -r /root/a/b; echo file > /root/a/b",
+	"chmod 600 /root/n1; truncate -s 0 /root/d/hard",
+	"echo changed >> /etc/group; rm /etc/hostname; mv /etc/passwd /etc/passwd.old",
+	"ln -s /etc/passwd /root/link; mkfifo /root/fifo; mkdir -p /root/deep/er/est; mv /root/deep /root/d/",
+	"rm -rf /root/d; mkdir /root/d; echo back > /root/d/g",
+	"dd if=/dev/zero of=/root/m bs=4096 count=1 2>/dev/null; printf mmap | dd of=/root/m conv=notrunc 2>/dev/null",
+}
+
+// recordsMatch runs hidingWorkload in a sandbox of spec on each daemon
+// and fails unless their file records match run for run.
+func recordsMatch(t *testing.T, tracked, walked *daemon, spec agentbox.SandboxSpec) {
+	t.Helper()
 	var records [2][]string
 	for i, d := range []*daemon{tracked, walked} {
-		sb := d.create(t, agentbox.SandboxSpec{})
+		sb := d.create(t, spec)
 		after := lastSeq(t, sb)
-		for _, cmd := range workload {
+		for _, cmd := range hidingWorkload {
 			mustRun(t, sb, cmd)
 		}
 		records[i] = fileEffects(t, sb, after)
@@ -110,6 +108,19 @@ func TestFlightRecorderTrackerMatchesWalk(t *testing.T) {
 		}
 		t.FailNow()
 	}
+}
+
+// The flight recorder's change tracker (fanotify on the writable layers'
+// filesystems) records exactly what listing the layer before and after
+// each run records, for hidingWorkload: two daemons, one walking
+// (--audit-walk), run it; their records must match run for run. Then, on
+// the tracking daemon, a layer of 30,000 files (past the 20,000 entries
+// a walk lists) records a change deep in it.
+func TestFlightRecorderTrackerMatchesWalk(t *testing.T) {
+	tracked := newDaemon(t)
+	walked := newDaemonWith(t, "--audit-walk")
+	recordsMatch(t, tracked, walked, agentbox.SandboxSpec{})
+	workload := hidingWorkload
 	// Linux 6.6 and later report overlayfs's writes on its upper dir;
 	// before, the daemon finds out at start and walks (docs/AUDIT.md).
 	b, err := os.ReadFile(tracked.logPath)
@@ -172,4 +183,20 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Under gVisor, runsc's gofer writes into the same host overlay: the
+// tracker follows it as under native.
+func TestFlightRecorderTrackerMatchesWalkGvisor(t *testing.T) {
+	requiresRunsc(t)
+	tracked := newDaemon(t)
+	walked := newDaemonWith(t, "--audit-walk")
+	recordsMatch(t, tracked, walked, agentbox.SandboxSpec{Runtime: "gvisor"})
+	b, err := os.ReadFile(tracked.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "audit: tracked run"); kernelAtLeast(6, 6) && n < len(hidingWorkload) {
+		t.Fatalf("%d runs tracked, want %d:\n%s", n, len(hidingWorkload), grepLines(string(b), "audit: "))
+	}
 }
