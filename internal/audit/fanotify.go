@@ -232,6 +232,7 @@ func (t *tracker) decodeLocked(b []byte) {
 		evLen := int(binary.LittleEndian.Uint32(b[0:]))
 		metaLen := int(binary.LittleEndian.Uint16(b[6:]))
 		if evLen < metaLen || evLen > len(b) || metaLen < unix.FAN_EVENT_METADATA_LEN {
+			t.log.Warn("audit: a malformed fanotify event; the next run of each sandbox walks its writable layer", "len", evLen)
 			t.lostAllLocked()
 			return
 		}
@@ -259,6 +260,7 @@ func (t *tracker) eventLocked(mask uint64, info []byte) {
 		typ := info[0]
 		l := int(binary.LittleEndian.Uint16(info[2:]))
 		if l < 4 || l > len(info) {
+			t.log.Warn("audit: a malformed fanotify event; the next run of each sandbox walks its writable layer", "info_len", l)
 			t.lostAllLocked()
 			return
 		}
@@ -271,6 +273,7 @@ func (t *tracker) eventLocked(mask uint64, info []byte) {
 		hb := int(binary.LittleEndian.Uint32(rec[12:]))
 		ht := int32(binary.LittleEndian.Uint32(rec[16:]))
 		if 20+hb > len(rec) {
+			t.log.Warn("audit: a malformed fanotify event; the next run of each sandbox walks its writable layer", "handle_len", hb)
 			t.lostAllLocked()
 			return
 		}
@@ -306,6 +309,7 @@ func (t *tracker) eventLocked(mask uint64, info []byte) {
 		if name == "" || name == "." {
 			if ref.rel == "" {
 				if mask&(unix.FAN_DELETE_SELF|unix.FAN_MOVE_SELF) != 0 {
+					t.log.Info("audit: a writable layer's upper dir itself was moved or deleted", "upper", tr.upper, "mask", mask)
 					tr.lost = true
 				}
 				return
@@ -480,7 +484,7 @@ func (t *tracker) barrier(ctx context.Context) error {
 		return fmt.Errorf("barrier: %w", err)
 	}
 	unix.Close(fd)
-	unix.Unlink(p)
+	go unix.Unlink(p) // off the run's path; the mark asks for creations only
 	timer := time.NewTimer(barrierTimeout)
 	defer timer.Stop()
 	select {
