@@ -237,9 +237,7 @@ func (t *tracker) decodeLocked(b []byte) {
 			return
 		}
 		mask := binary.LittleEndian.Uint64(b[8:])
-		if fd := int32(binary.LittleEndian.Uint32(b[16:])); fd >= 0 {
-			unix.Close(int(fd))
-		}
+		// (No fd to close: a group reporting handles gets FAN_NOFD.)
 		t.eventLocked(mask, b[metaLen:evLen])
 		b = b[evLen:]
 	}

@@ -242,3 +242,20 @@ func kernelAtLeast(major, minor int) bool {
 	}
 	return a > major || (a == major && b >= minor)
 }
+
+// FuzzDecodeEvents: whatever the buffer read from the fanotify group
+// holds, decoding it never panics nor reads past it (a malformed event
+// marks the trees as having lost events).
+func FuzzDecodeEvents(f *testing.F) {
+	ev := make([]byte, 24)
+	ev[0], ev[4], ev[6] = 24, 3, 24
+	f.Add(ev)
+	withInfo := append(append([]byte{}, ev...), 2, 0, 28, 0, 1, 2, 3, 4, 5, 6, 7, 8, 4, 0, 0, 0, 1, 0, 0, 0, 9, 9, 9, 9, 'a', 0, 0, 0)
+	withInfo[0] = byte(len(withInfo))
+	f.Add(withInfo)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		trk := &tracker{log: slog.New(slog.DiscardHandler), trees: map[string]*tree{"/u": newTree("/u")},
+			dirs: map[string]dirRef{}, notOurs: map[string]struct{}{}, waiters: map[string]chan struct{}{}}
+		trk.decodeLocked(b)
+	})
+}
