@@ -44,6 +44,9 @@ type fsState struct {
 	tracked bool
 	upper   string
 	apk     map[string]string
+	// tracking is the upper dir the change tracker follows for the
+	// sandbox (forgotten with the sandbox, or when it changes).
+	tracking string
 	// gen counts the events that may have changed the layer outside a
 	// run; an "after" listing taken before a change is not kept.
 	gen uint64
@@ -156,6 +159,13 @@ func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.Exe
 			// outside runs: folded in, not reported.
 			if err := r.trk.begin(ctx, e.upper, !reuseTracked); err == nil {
 				e.tracked = true
+				st.mu.Lock()
+				old := st.tracking
+				st.tracking = e.upper
+				st.mu.Unlock()
+				if old != "" && old != e.upper {
+					r.trk.forget(old)
+				}
 			} else {
 				r.log.DebugContext(ctx, "audit: run not tracked; walking its writable layer", "sandbox", id, "err", err)
 			}

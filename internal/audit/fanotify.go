@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -59,6 +60,9 @@ const (
 	infoDFID     = 3
 )
 
+// barrierSeq names barrier files.
+var barrierSeq atomic.Uint64
+
 // barrierTimeout bounds the wait for a barrier's event.
 const barrierTimeout = 5 * time.Second
 
@@ -89,7 +93,6 @@ type tracker struct {
 	dirs    map[string]dirRef
 	notOurs map[string]struct{}
 	waiters map[string]chan struct{}
-	seq     uint64
 	// broken says the reader stopped: nothing is tracked any more.
 	broken bool
 	// stats
@@ -465,8 +468,8 @@ func (t *tracker) barrier(ctx context.Context) error {
 		t.mu.Unlock()
 		return fmt.Errorf("change tracker closed: %w", errdefs.ErrUnavailable)
 	}
-	t.seq++
-	name := "b" + strconv.FormatUint(t.seq, 10)
+	// Unique across groups: they share the directory.
+	name := "b" + strconv.FormatUint(barrierSeq.Add(1), 10)
 	ch := make(chan struct{})
 	t.waiters[name] = ch
 	t.mu.Unlock()

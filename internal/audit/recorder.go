@@ -371,7 +371,7 @@ func (r *Recorder) finish(ctx context.Context, id string) {
 	r.mu.Unlock()
 	if st != nil && r.trk != nil {
 		st.mu.Lock()
-		upper := st.upper
+		upper := st.tracking
 		st.mu.Unlock()
 		if upper != "" {
 			r.trk.forget(upper)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -35,6 +36,10 @@ type trackers struct {
 // through overlayfs on the filesystem of dir (probeOverlay) and returns
 // the trackers, their barriers in dir.
 func newTrackers(dir string, limit int, log *slog.Logger) (*trackers, error) {
+	// Barriers and probes left by a daemon that died.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
 	t, err := newTracker(dir, limit, log)
 	if err != nil {
 		return nil, err
