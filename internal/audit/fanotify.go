@@ -80,6 +80,12 @@ type tracker struct {
 	limit  int // entries of a baseline (scanLimits.Tracked)
 	done   chan struct{}
 
+	// readMu guards the group's reads and buf; fdClosed says fd is
+	// closed (see readOnce).
+	readMu   sync.Mutex
+	buf      []byte
+	fdClosed bool
+
 	// mu guards the fields below.
 	mu         sync.Mutex
 	barrierKey string
@@ -148,7 +154,7 @@ func startTracker(dir string, limit int, log *slog.Logger) (*tracker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fanotify_init: %w", err)
 	}
-	t := &tracker{fd: fd, dir: dir, log: log, limit: limit, done: make(chan struct{}),
+	t := &tracker{fd: fd, dir: dir, log: log, limit: limit, done: make(chan struct{}), buf: make([]byte, 256<<10),
 		trees: map[string]*tree{}, dirs: map[string]dirRef{}, notOurs: map[string]struct{}{}, waiters: map[string]chan struct{}{}}
 	fail := func(err error) (*tracker, error) {
 		unix.Close(fd)
@@ -181,6 +187,11 @@ func (t *tracker) close() {
 	if f == nil {
 		return
 	}
+	// No read of fd once this returns; not held across Close, which
+	// waits for the reader's read in progress.
+	t.readMu.Lock()
+	t.fdClosed = true
+	t.readMu.Unlock()
 	f.Close()
 	<-t.done
 }
@@ -194,27 +205,47 @@ func handleKey(fs fsid, typ int32, b []byte) string {
 // read is the reader: it decodes the events of f until it is closed.
 func (t *tracker) read(f *os.File) {
 	defer close(t.done)
-	buf := make([]byte, 256<<10)
-	for {
-		n, err := f.Read(buf)
-		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
-			continue
+	rc, err := f.SyscallConn()
+	for err == nil {
+		var rerr error
+		err = rc.Read(func(uintptr) bool {
+			rerr = t.readOnce()
+			return !errors.Is(rerr, unix.EAGAIN) // else wait until readable
+		})
+		if err == nil && rerr != nil && !errors.Is(rerr, unix.EINTR) {
+			err = rerr
 		}
-		if err != nil {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			if t.events == nil {
-				return // closed
-			}
-			t.log.Warn("audit: reading fanotify events; every run walks from now on", "err", err)
-			t.broken = true
-			t.lostAllLocked()
-			return
-		}
-		t.mu.Lock()
-		t.decodeLocked(buf[:n])
-		t.mu.Unlock()
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.events == nil {
+		return // closed
+	}
+	t.log.Warn("audit: reading fanotify events; every run walks from now on", "err", err)
+	t.broken = true
+	t.lostAllLocked()
+}
+
+// readOnce reads and handles what events are queued, up to a buffer's
+// worth (EAGAIN: none). The reader calls it when the group is readable,
+// and a barrier right after making its event, so that the event, queued
+// as it was made, is usually handled without waiting for the reader to
+// be woken and scheduled. readMu keeps each read and its handling
+// together, so events are handled in their order.
+func (t *tracker) readOnce() error {
+	t.readMu.Lock()
+	defer t.readMu.Unlock()
+	if t.fdClosed {
+		return os.ErrClosed
+	}
+	n, err := unix.Read(t.fd, t.buf)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.decodeLocked(t.buf[:n])
+	t.mu.Unlock()
+	return nil
 }
 
 // lostAllLocked marks every tree as having missed events and wakes the
@@ -486,6 +517,17 @@ func (t *tracker) barrier(ctx context.Context) error {
 	}
 	unix.Close(fd)
 	go unix.Unlink(p) // off the run's path; the mark asks for creations only
+	// Its event is queued: read it here rather than wait for the reader.
+	for {
+		select {
+		case <-ch:
+			return nil
+		default:
+		}
+		if t.readOnce() != nil {
+			break // none left (or closed): the reader has them
+		}
+	}
 	timer := time.NewTimer(barrierTimeout)
 	defer timer.Stop()
 	select {
