@@ -451,10 +451,17 @@ func (t *tracker) pathOfLocked(fs fsid, h unix.FileHandle) (string, unix.Stat_t,
 	}
 	mfd := -1
 	for upper := range t.trees {
-		if fd, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+		fd, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		// Not a gone sandbox's path, now on another filesystem.
+		var fst unix.Stat_t
+		if unix.Fstat(fd, &fst) == nil && fst.Dev == t.dev {
 			mfd = fd
 			break
 		}
+		unix.Close(fd)
 	}
 	if mfd < 0 {
 		return "", st, unix.ENOENT
@@ -575,15 +582,24 @@ func (t *tracker) treeFor(upper string) (*tree, string) {
 	if old := t.trees[canon]; old != nil {
 		return old, canon
 	}
-	switch {
-	case t.marked && (t.dev != st.Dev || t.fs != id):
+	if t.marked && (t.dev != st.Dev || t.fs != id) {
 		return nil, canon // another group's
-	case !t.marked:
-		if err := unix.FanotifyMark(t.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, trackMask, unix.AT_FDCWD, canon); err != nil {
-			t.log.Info("audit: cannot follow a writable layer's filesystem; its runs walk it", "upper", canon, "err", err)
-			return nil, canon
+	}
+	// Marked again for each new tree: a device number is reused (a loop
+	// device of a deleted sandbox's filesystem, made again from the same
+	// image): the filesystem behind it may be another one, whose mark went
+	// with the old one. Marking a marked filesystem changes nothing.
+	if err := unix.FanotifyMark(t.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, trackMask, unix.AT_FDCWD, canon); err != nil {
+		t.log.Info("audit: cannot follow a writable layer's filesystem; its runs walk it", "upper", canon, "err", err)
+		return nil, canon
+	}
+	t.marked, t.fs, t.dev = true, id, st.Dev
+	// Trees of gone sandboxes (their path gone, or on another filesystem).
+	for u := range t.trees {
+		var ust unix.Stat_t
+		if unix.Stat(u, &ust) != nil || ust.Dev != t.dev {
+			delete(t.trees, u)
 		}
-		t.marked, t.fs, t.dev = true, id, st.Dev
 	}
 	t.trees[canon] = tr
 	// Its directories may have been seen before, as no one's.
