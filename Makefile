@@ -40,7 +40,7 @@ bench: build
 	# The flight recorder (docs/AUDIT.md): exec round trip with recording
 	# on vs off, events ingested per second, audit verify of 100,000 events.
 	AGENTBOX_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench 'ExecRecording' -benchtime 300x -count 1 ./test/
-	$(GO) test -run '^$$' -bench 'Append|Verify100k|ScanUpper' -count 1 ./internal/audit/
+	$(GO) test -run '^$$' -bench 'Append|Verify100k|ScanUpper|TrackedRun' -count 1 ./internal/audit/
 
 clean:
 	rm -rf bin

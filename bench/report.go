@@ -299,7 +299,10 @@ Checkpoint, restore and fork figures (Go benchmarks, the second step of
 ` + "`make bench`" + `): [BENCHMARKS-undo.md](BENCHMARKS-undo.md). The gVisor rows and
 what bounds them: [BENCHMARKS-gvisor.md](BENCHMARKS-gvisor.md) (a run of
 ` + "`go run ./bench -peers=false -egress=false -pool=false -write -doc docs/BENCHMARKS-gvisor.md`" + `;
-a full ` + "`make bench`" + ` measures them here too).
+a full ` + "`make bench`" + ` measures them here too). The flight recorder's
+figures (exec round trip with recording off, on and walking, with 0, 2,000
+and 20,000 files in the writable layer; Go benchmarks of the same step):
+[AUDIT.md](AUDIT.md#cost-measured).
 
 Reproduce: ` + "`sudo make bench`" + ` (prints only) or ` + "`sudo make bench BENCH_FLAGS=-write`" + `
 (also rewrites this file); ` + "`go run ./bench -h`" + ` lists the flags.

@@ -1,12 +1,15 @@
 package audit
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/testutil"
 )
 
 // BenchmarkScanUpper lists a writable layer of 2,000 files (the work the
@@ -22,6 +25,42 @@ func BenchmarkScanUpper(b *testing.B) {
 	for range b.N {
 		if l := scanUpper(dir, defaultScanLimits.Entries); len(l.files) != 2020 {
 			b.Fatal(len(l.files))
+		}
+	}
+}
+
+// BenchmarkTrackedRun is the change tracker's work for one run that
+// changes one file in a layer of 20,000 (begin, the change, the barrier
+// and the comparison of what changed): what replaces two listings. The
+// layer is on a filesystem of its own, as under loop-device disk quotas
+// (on a shared one, the tracker also reads the rest of its traffic).
+func BenchmarkTrackedRun(b *testing.B) {
+	testutil.RequiresRoot(b)
+	dir := testutil.LoopFS(b, "ext4", 512)
+	trk, err := startTracker(filepath.Join(b.TempDir(), "track"), defaultScanLimits.Tracked, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer trk.close()
+	upper := filepath.Join(dir, "upper")
+	for i := range 20000 {
+		sub := filepath.Join(upper, fmt.Sprintf("d%d", i%20))
+		os.MkdirAll(sub, 0o755)
+		os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%d", i)), []byte("x"), 0o644)
+	}
+	ctx := context.Background()
+	if err := trk.begin(ctx, upper, true); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if err := trk.begin(ctx, upper, false); err != nil {
+			b.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(upper, "d7", "f7"), []byte(fmt.Sprint(i)), 0o644)
+		changes, walked, err := trk.end(ctx, upper)
+		if err != nil || walked || len(changes) != 1 {
+			b.Fatalf("%d changes, walked %v, %v", len(changes), walked, err)
 		}
 	}
 }

@@ -37,10 +37,16 @@ type fsState struct {
 	// mu guards the fields below.
 	mu sync.Mutex
 	// listing is the layer as of the end of the last run (nil: unknown),
-	// of upper dir upper, with apk the apk database then.
+	// of upper dir upper, with apk the apk database then. tracked says
+	// instead that the change tracker's baseline is the layer as of the
+	// end of the last run (which it followed).
 	listing *listing
+	tracked bool
 	upper   string
 	apk     map[string]string
+	// tracking is the upper dir the change tracker follows for the
+	// sandbox (forgotten with the sandbox, or when it changes).
+	tracking string
 	// gen counts the events that may have changed the layer outside a
 	// run; an "after" listing taken before a change is not kept.
 	gen uint64
@@ -71,7 +77,7 @@ func (r *Recorder) invalidate(id string) {
 		return
 	}
 	st.mu.Lock()
-	st.listing = nil
+	st.listing, st.tracked = nil, false
 	st.gen++
 	st.mu.Unlock()
 }
@@ -137,15 +143,37 @@ func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.Exe
 		e.upper, e.lowers = h.Dirs()
 		concurrent := r.liveCount(id) > 0
 		st.mu.Lock()
-		reuse := st.listing != nil && st.upper == e.upper && !concurrent
-		if reuse {
-			e.before, e.apkBefore = *st.listing, st.apk
+		same := st.upper == e.upper && !concurrent
+		reuseListing, reuseTracked := same && st.listing != nil, same && st.tracked
+		if reuseListing {
+			e.before = *st.listing
+		}
+		if reuseListing || reuseTracked {
+			e.apkBefore = st.apk
 		}
 		// Taken: a run beside this one walks for itself.
-		st.listing = nil
+		st.listing, st.tracked = nil, false
 		st.mu.Unlock()
-		if !reuse {
-			e.before = scanUpper(e.upper, r.scan.Entries)
+		if r.trk != nil && !concurrent && e.upper != "" {
+			// Without reuse, what changed since the last run was done
+			// outside runs: folded in, not reported.
+			if err := r.trk.begin(ctx, e.upper, !reuseTracked); err == nil {
+				e.tracked = true
+				st.mu.Lock()
+				old := st.tracking
+				st.tracking = e.upper
+				st.mu.Unlock()
+				if old != "" && old != e.upper {
+					r.trk.forget(old)
+				}
+			} else {
+				r.log.DebugContext(ctx, "audit: run not tracked; walking its writable layer", "sandbox", id, "err", err)
+			}
+		}
+		if !(e.tracked && reuseTracked) && !(!e.tracked && reuseListing) {
+			if !e.tracked {
+				e.before = scanUpper(e.upper, r.scan.Entries)
+			}
 			e.apkBefore = findAPK(append([]string{e.upper}, e.lowers...))
 		}
 		if s, err := h.Stats(ctx); err == nil {
@@ -186,7 +214,10 @@ type execRun struct {
 	start      time.Time
 
 	// Foreground runs only.
-	st        *fsState
+	st *fsState
+	// tracked: the change tracker follows the run (else before is the
+	// layer's listing at its start).
+	tracked   bool
 	upper     string
 	lowers    []string
 	before    listing
@@ -327,10 +358,27 @@ func (e *execRun) effects(ev api.SandboxEvent, rolledBack bool, gen uint64) {
 	var files []api.FileEvent
 	var pkgs []api.PackageEvent
 	upper, _ := e.h.Dirs()
+	if e.tracked && (rolledBack || upper != e.upper) {
+		// A rollback replaced the layer: the tracker's view is stale.
+		e.r.trk.forget(e.upper)
+	}
 	if upper == e.upper && !rolledBack {
-		after := scanUpper(upper, lim.Entries)
-		run.FilesTruncated = e.before.truncated || after.truncated
-		changes := resolveCopyUps(diffListings(e.before, after), e.lowers)
+		var raw []fileChange
+		var after listing
+		tracked := e.tracked
+		if tracked {
+			var err error
+			if raw, _, err = e.r.trk.end(ctx, upper); err != nil {
+				e.r.log.WarnContext(ctx, "audit: the change tracker lost the writable layer; its changes in this run are not recorded", "sandbox", e.id, "err", err)
+				run.FilesTruncated = true
+				tracked = false
+			}
+		} else {
+			after = scanUpper(upper, lim.Entries)
+			run.FilesTruncated = e.before.truncated || after.truncated
+			raw = diffListings(e.before, after)
+		}
+		changes := resolveCopyUps(raw, e.lowers)
 		budget := lim.HashRun
 		for i, c := range changes {
 			if i >= lim.Events {
@@ -348,8 +396,13 @@ func (e *execRun) effects(ev api.SandboxEvent, rolledBack bool, gen uint64) {
 		}
 		st := e.st
 		st.mu.Lock()
-		if st.gen == gen && e.r.liveCount(e.id) == 0 {
-			st.listing, st.upper, st.apk = &after, upper, apk
+		if st.gen == gen && e.r.liveCount(e.id) == 0 && (!e.tracked || tracked) {
+			st.upper, st.apk = upper, apk
+			if tracked {
+				st.tracked = true
+			} else {
+				st.listing = &after
+			}
 		}
 		st.mu.Unlock()
 	}

@@ -33,12 +33,13 @@ import (
 // scanLimits bound the work of one run's file diff.
 type scanLimits struct {
 	Entries  int   // entries walked per listing
+	Tracked  int   // entries of a layer the change tracker follows
 	Events   int   // file events per run
 	HashFile int64 // bytes hashed per file
 	HashRun  int64 // bytes hashed per run
 }
 
-var defaultScanLimits = scanLimits{Entries: 20_000, Events: 1000, HashFile: 16 << 20, HashRun: 128 << 20}
+var defaultScanLimits = scanLimits{Entries: 20_000, Tracked: 2_000_000, Events: 1000, HashFile: 16 << 20, HashRun: 128 << 20}
 
 // fileState is what a listing keeps of one entry.
 type fileState struct {
@@ -47,6 +48,7 @@ type fileState struct {
 	mtime    int64
 	ctime    int64
 	ino      uint64
+	nlink    uint64
 	whiteout bool // an overlay whiteout: the path was deleted
 }
 
@@ -93,10 +95,9 @@ func (l *listing) walk(fd int, rel string, max int) {
 			if rel != "" {
 				p = rel + "/" + name
 			}
-			mode := fileMode(st.Mode)
-			l.files[p] = fileState{mode: mode, size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ino: st.Ino,
-				whiteout: mode&fs.ModeCharDevice != 0 && st.Rdev == 0}
-			if mode.IsDir() {
+			fst := stateOf(&st)
+			l.files[p] = fst
+			if fst.mode.IsDir() {
 				if sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
 					l.walk(sub, p, max)
 					if l.truncated {

@@ -40,6 +40,14 @@ type Config struct {
 	// sandboxes past their retention are removed (default 1 h).
 	FlushEvery time.Duration
 	SweepEvery time.Duration
+	// TrackDir, when set, is a directory of the daemon's own on the
+	// filesystem of the sandboxes' writable layers: the change tracker
+	// (fanotify.go) follows that filesystem, so that a run's file
+	// changes cost what the run changed, not the layer's size. Empty, or
+	// when the kernel cannot (no fanotify filesystem marks, no
+	// directory handles on that filesystem, overlayfs writes not seen:
+	// logged at start), every run walks its layer.
+	TrackDir string
 	// Sinks receive every event recorded (an exporter: OpenTelemetry,
 	// internal/auditotel).
 	Sinks  []Sink
@@ -68,6 +76,7 @@ type Recorder struct {
 	log   *slog.Logger
 	scan  scanLimits
 	core  sandbox.Core // set by Provision, before any hook runs
+	trk   *trackers    // nil: every run walks
 
 	stop chan struct{}
 	done chan struct{}
@@ -104,6 +113,14 @@ func New(cfg Config) *Recorder {
 	}
 	r := &Recorder{cfg: cfg, store: cfg.Store, log: cfg.Logger, scan: defaultScanLimits,
 		stop: make(chan struct{}), done: make(chan struct{}), live: map[string]map[string]*liveRun{}, fs: map[string]*fsState{}}
+	if cfg.TrackDir != "" {
+		trk, err := newTrackers(cfg.TrackDir, r.scan.Tracked, r.log)
+		if err != nil {
+			r.log.Info("audit: no change tracker; every run walks its writable layer", "err", err)
+		} else {
+			r.trk = trk
+		}
+	}
 	go r.loop()
 	return r
 }
@@ -128,6 +145,9 @@ func (r *Recorder) Close() error {
 	close(r.stop)
 	<-r.done
 	r.wg.Wait()
+	if r.trk != nil {
+		r.trk.close()
+	}
 	err := r.store.Close()
 	for _, s := range r.cfg.Sinks {
 		if c, ok := s.(interface{ Close(context.Context) error }); ok {
@@ -345,9 +365,18 @@ func (r *Recorder) finish(ctx context.Context, id string) {
 		r.log.WarnContext(ctx, "audit: finishing the record of a deleted sandbox", "sandbox", id, "err", err)
 	}
 	r.mu.Lock()
+	st := r.fs[id]
 	delete(r.fs, id)
 	delete(r.live, id)
 	r.mu.Unlock()
+	if st != nil && r.trk != nil {
+		st.mu.Lock()
+		upper := st.tracking
+		st.mu.Unlock()
+		if upper != "" {
+			r.trk.forget(upper)
+		}
+	}
 }
 
 // after runs fn, which records events of sandbox id, once the effects of

@@ -20,12 +20,21 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/sandboxtest"
 	"github.com/agentbox/agentbox/internal/tenant"
+	"github.com/agentbox/agentbox/internal/testutil"
 )
 
 const canary = "canary-7f3a9c1e55"
 
-func newRecorder(t *testing.T) (*audit.Recorder, *sandboxtest.Env, string) {
+// newRecorder returns a Recorder whose runs walk their writable layer,
+// or, with tracked, are followed by the change tracker (which needs
+// root; the test fails if the tracker does not start).
+func newRecorder(t *testing.T, tracked ...bool) (*audit.Recorder, *sandboxtest.Env, string) {
 	t.Helper()
+	track := ""
+	if len(tracked) > 0 && tracked[0] {
+		testutil.RequiresRoot(t)
+		track = filepath.Join(t.TempDir(), "track")
+	}
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -35,9 +44,12 @@ func newRecorder(t *testing.T) (*audit.Recorder, *sandboxtest.Env, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := audit.New(audit.Config{Store: st, Redactor: func(string) *redact.Redactor {
+	rec := audit.New(audit.Config{Store: st, TrackDir: track, Redactor: func(string) *redact.Redactor {
 		return redact.New(map[string][]byte{"TOKEN": []byte(canary)})
 	}})
+	if on, _, _ := audit.TrackerStats(rec); on != (track != "") {
+		t.Fatalf("change tracker on: %v, want %v", on, track != "")
+	}
 	e := sandboxtest.New(t, func(_ *sandboxtest.Env, c *sandbox.Config) {
 		c.Extensions = append([]sandbox.Extension{rec}, c.Extensions...)
 	})
@@ -75,8 +87,16 @@ func describe(evs []api.SandboxEvent) []string {
 	return out
 }
 
-func TestRecorderFollowsRuns(t *testing.T) {
-	rec, e, _ := newRecorder(t)
+// bothWays runs test with runs walked and with runs tracked.
+func bothWays(t *testing.T, test func(t *testing.T, tracked bool)) {
+	t.Run("walked", func(t *testing.T) { test(t, false) })
+	t.Run("tracked", func(t *testing.T) { test(t, true) })
+}
+
+func TestRecorderFollowsRuns(t *testing.T) { bothWays(t, testRecorderFollowsRuns) }
+
+func testRecorderFollowsRuns(t *testing.T, tracked bool) {
+	rec, e, _ := newRecorder(t, tracked)
 	sb := e.Create(api.CreateSandboxRequest{})
 	e.Write(sb.ID, "old.txt", "old")
 	e.Write(sb.ID, "gone.txt", "bye")
@@ -154,13 +174,18 @@ func TestRecorderFollowsRuns(t *testing.T) {
 	if err != nil || !res.OK {
 		t.Fatalf("verify: %+v %v", res, err)
 	}
+	if _, n, walked := audit.TrackerStats(rec); tracked && (n < 2 || walked != 0) {
+		t.Fatalf("runs tracked %d, walked after lost events %d; want both runs tracked", n, walked)
+	}
 }
 
 // Lifecycle operations and transitions are recorded with their cause;
 // a deleted sandbox's record stays readable by its tenant only, ends with
 // the delete, and verifies.
-func TestRecorderLifecycleAndTenancy(t *testing.T) {
-	rec, e, dir := newRecorder(t)
+func TestRecorderLifecycleAndTenancy(t *testing.T) { bothWays(t, testRecorderLifecycleAndTenancy) }
+
+func testRecorderLifecycleAndTenancy(t *testing.T, tracked bool) {
+	rec, e, dir := newRecorder(t, tracked)
 	ctx := tenant.WithPrincipal(sandboxtest.Context(t), tenant.Principal{Tenant: "acme", Scope: api.ScopeFull})
 	sb, err := e.M.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	if err != nil {
@@ -207,8 +232,10 @@ func TestRecorderLifecycleAndTenancy(t *testing.T) {
 
 // Follow sends the recorded events, then new ones as they happen, and
 // ends with the sandbox's delete.
-func TestRecorderFollow(t *testing.T) {
-	rec, e, _ := newRecorder(t)
+func TestRecorderFollow(t *testing.T) { bothWays(t, testRecorderFollow) }
+
+func testRecorderFollow(t *testing.T, tracked bool) {
+	rec, e, _ := newRecorder(t, tracked)
 	sb := e.Create(api.CreateSandboxRequest{})
 	var mu sync.Mutex
 	var got []api.SandboxEvent

@@ -212,10 +212,14 @@ type Config struct {
 	// AuditRetentionSeconds is how long a deleted sandbox's record is
 	// kept; AuditMaxBytes bounds one sandbox's record (events beyond it
 	// are counted in a "dropped" event, not kept). AuditDisabled turns the
-	// flight recorder off.
+	// flight recorder off. AuditWalk makes it list each run's writable
+	// layer before and after the run instead of following it with its
+	// fanotify change tracker (docs/AUDIT.md: for comparison and as a
+	// way out).
 	AuditRetentionSeconds int   `json:"audit_retention_seconds"`
 	AuditMaxBytes         int64 `json:"audit_max_bytes"`
 	AuditDisabled         bool  `json:"audit_disabled,omitempty"`
+	AuditWalk             bool  `json:"audit_walk,omitempty"`
 	// ConsoleDisabled stops serving the web console at /ui/ (and with it
 	// the same-origin browser requests it makes; docs/CONSOLE.md).
 	ConsoleDisabled bool `json:"console_disabled,omitempty"`

@@ -87,6 +87,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.OTLPEndpoint }},
 	{Key: "audit_disabled", Flag: "no-audit", Usage: "turn the flight recorder off",
 		field: func(c *Config) any { return &c.AuditDisabled }},
+	{Key: "audit_walk", Flag: "audit-walk", Usage: "list each run's writable layer before and after it instead of following it with fanotify (the flight recorder's file changes)",
+		field: func(c *Config) any { return &c.AuditWalk }},
 	{Key: "console_disabled", Flag: "no-console", Usage: "do not serve the web console at /ui/",
 		field: func(c *Config) any { return &c.ConsoleDisabled }},
 	{Key: "connectors_file", Flag: "connectors-file", Env: EnvConnectorsFile, Usage: "JSON array of API bridge connectors [{name, url, secret, header, format}]",

@@ -38,7 +38,13 @@ func openAudit(cfg *config.Config, redactor func(id string) *redact.Redactor, lo
 	if err != nil {
 		return nil, err
 	}
+	// The change tracker's directory sits beside the sandboxes' writable
+	// layers, on their filesystem and mount (not a sandbox id: recovery
+	// leaves it alone).
 	acfg := audit.Config{Store: st, Redactor: redactor, Logger: log}
+	if !cfg.AuditWalk {
+		acfg.TrackDir = filepath.Join(cfg.DataDir, "sandboxes", ".audit-track")
+	}
 	if cfg.OTLPEndpoint != "" {
 		exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(cfg.OTLPEndpoint))
 		if err != nil {
