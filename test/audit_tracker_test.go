@@ -117,7 +117,7 @@ func recordsMatch(t *testing.T, tracked, walked *daemon, spec agentbox.SandboxSp
 // the tracking daemon, a layer of 30,000 files (past the 20,000 entries
 // a walk lists) records a change deep in it.
 func TestFlightRecorderTrackerMatchesWalk(t *testing.T) {
-	tracked := newDaemon(t)
+	tracked := newDaemonWith(t, "--audit-track-from", "0")
 	walked := newDaemonWith(t, "--audit-walk")
 	recordsMatch(t, tracked, walked, agentbox.SandboxSpec{})
 	workload := hidingWorkload
@@ -189,7 +189,7 @@ func grepLines(s, sub string) string {
 // tracker follows it as under native.
 func TestFlightRecorderTrackerMatchesWalkGvisor(t *testing.T) {
 	requiresRunsc(t)
-	tracked := newDaemon(t)
+	tracked := newDaemonWith(t, "--audit-track-from", "0")
 	walked := newDaemonWith(t, "--audit-walk")
 	recordsMatch(t, tracked, walked, agentbox.SandboxSpec{Runtime: "gvisor"})
 	b, err := os.ReadFile(tracked.logPath)

@@ -154,7 +154,16 @@ func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.Exe
 		// Taken: a run beside this one walks for itself.
 		st.listing, st.tracked = nil, false
 		st.mu.Unlock()
-		if r.trk != nil && !concurrent && e.upper != "" {
+		walked := false
+		if r.trk != nil && !concurrent && e.upper != "" && !reuseTracked && !reuseListing {
+			// The layer must be listed anyway: its size decides below.
+			e.before, walked = scanUpper(e.upper, r.scan.Entries), true
+		}
+		// A small layer is walked rather than tracked: listing a few
+		// hundred entries costs less than the tracker's barrier. Once
+		// tracked, a layer stays tracked.
+		small := !reuseTracked && !e.before.truncated && len(e.before.files) < r.scan.TrackFrom && (walked || reuseListing)
+		if r.trk != nil && !concurrent && e.upper != "" && !small {
 			// Without reuse, what changed since the last run was done
 			// outside runs: folded in, not reported.
 			if err := r.trk.begin(ctx, e.upper, !reuseTracked); err == nil {
@@ -171,7 +180,7 @@ func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.Exe
 			}
 		}
 		if !(e.tracked && reuseTracked) && !(!e.tracked && reuseListing) {
-			if !e.tracked {
+			if !e.tracked && !walked {
 				e.before = scanUpper(e.upper, r.scan.Entries)
 			}
 			e.apkBefore = findAPK(append([]string{e.upper}, e.lowers...))

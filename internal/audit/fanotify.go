@@ -379,6 +379,19 @@ func indexByte(b []byte, c byte) int {
 	return -1
 }
 
+// gone reports whether err, from resolving an event's handle, says its
+// object has no name left to find. open_by_handle_at answers ESTALE for
+// a deleted inode, and ENOMEM (passed through unchanged by the kernel's
+// handle decoding, where every other failure becomes ESTALE) when it
+// cannot connect the inode to a parent: an inode being unlinked or
+// renamed away as it is resolved, on this or another tree's filesystem
+// (seen for overlayfs work-dir temporaries). Either way the change
+// that matters also produced a directory-entry event, naming its path,
+// in the directory it left or entered.
+func gone(err error) bool {
+	return errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOMEM)
+}
+
 // resolveDirLocked finds the tree and path of directory handle h.
 func (t *tracker) resolveDirLocked(fs fsid, key string, h unix.FileHandle) (dirRef, bool) {
 	if ref, ok := t.dirs[key]; ok && ref.gen == ref.t.gen && t.trees[ref.t.upper] == ref.t {
@@ -389,7 +402,7 @@ func (t *tracker) resolveDirLocked(fs fsid, key string, h unix.FileHandle) (dirR
 	}
 	p, _, err := t.pathOfLocked(fs, h)
 	if err != nil {
-		if !errors.Is(err, unix.ESTALE) && !errors.Is(err, unix.ENOENT) {
+		if !gone(err) {
 			// Cannot tell whose it is: every tree may have missed it.
 			t.log.Info("audit: resolving a directory of a fanotify event; the next runs walk", "err", err)
 			t.lostAllLocked()
@@ -416,7 +429,7 @@ func (t *tracker) objectLocked(fs fsid, key string, h unix.FileHandle) {
 	_ = key
 	p, st, err := t.pathOfLocked(fs, h)
 	if err != nil {
-		if !errors.Is(err, unix.ESTALE) && !errors.Is(err, unix.ENOENT) {
+		if !gone(err) {
 			t.log.Info("audit: resolving the object of a fanotify event; the next runs walk", "err", err)
 			t.lostAllLocked()
 		}

@@ -32,11 +32,12 @@ import (
 
 // scanLimits bound the work of one run's file diff.
 type scanLimits struct {
-	Entries  int   // entries walked per listing
-	Tracked  int   // entries of a layer the change tracker follows
-	Events   int   // file events per run
-	HashFile int64 // bytes hashed per file
-	HashRun  int64 // bytes hashed per run
+	Entries   int   // entries walked per listing
+	Tracked   int   // entries of a layer the change tracker follows
+	TrackFrom int   // Config.TrackFrom
+	Events    int   // file events per run
+	HashFile  int64 // bytes hashed per file
+	HashRun   int64 // bytes hashed per run
 }
 
 var defaultScanLimits = scanLimits{Entries: 20_000, Tracked: 2_000_000, Events: 1000, HashFile: 16 << 20, HashRun: 128 << 20}

@@ -48,6 +48,10 @@ type Config struct {
 	// directory handles on that filesystem, overlayfs writes not seen:
 	// logged at start), every run walks its layer.
 	TrackDir string
+	// TrackFrom is the size (entries) from which a layer is followed by
+	// the change tracker rather than walked (0: every layer is tracked).
+	// Once tracked, a layer stays tracked.
+	TrackFrom int
 	// Sinks receive every event recorded (an exporter: OpenTelemetry,
 	// internal/auditotel).
 	Sinks  []Sink
@@ -113,6 +117,7 @@ func New(cfg Config) *Recorder {
 	}
 	r := &Recorder{cfg: cfg, store: cfg.Store, log: cfg.Logger, scan: defaultScanLimits,
 		stop: make(chan struct{}), done: make(chan struct{}), live: map[string]map[string]*liveRun{}, fs: map[string]*fsState{}}
+	r.scan.TrackFrom = max(cfg.TrackFrom, 0)
 	if cfg.TrackDir != "" {
 		trk, err := newTrackers(cfg.TrackDir, r.scan.Tracked, r.log)
 		if err != nil {

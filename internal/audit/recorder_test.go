@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,8 +31,15 @@ const canary = "canary-7f3a9c1e55"
 // root; the test fails if the tracker does not start).
 func newRecorder(t *testing.T, tracked ...bool) (*audit.Recorder, *sandboxtest.Env, string) {
 	t.Helper()
+	return newRecorderWith(t, len(tracked) > 0 && tracked[0], nil)
+}
+
+// newRecorderWith is newRecorder with edit applied to the recorder's
+// configuration.
+func newRecorderWith(t *testing.T, tracked bool, edit func(*audit.Config)) (*audit.Recorder, *sandboxtest.Env, string) {
+	t.Helper()
 	track := ""
-	if len(tracked) > 0 && tracked[0] {
+	if tracked {
 		testutil.RequiresRoot(t)
 		track = filepath.Join(t.TempDir(), "track")
 	}
@@ -44,9 +52,13 @@ func newRecorder(t *testing.T, tracked ...bool) (*audit.Recorder, *sandboxtest.E
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := audit.New(audit.Config{Store: st, TrackDir: track, Redactor: func(string) *redact.Redactor {
+	cfg := audit.Config{Store: st, TrackDir: track, Redactor: func(string) *redact.Redactor {
 		return redact.New(map[string][]byte{"TOKEN": []byte(canary)})
-	}})
+	}}
+	if edit != nil {
+		edit(&cfg)
+	}
+	rec := audit.New(cfg)
 	if on, _, _ := audit.TrackerStats(rec); on != (track != "") {
 		t.Fatalf("change tracker on: %v, want %v", on, track != "")
 	}
@@ -291,5 +303,54 @@ func TestRecorderEgressAndBridge(t *testing.T) {
 	evs := events(t, rec, sb.ID, api.EventQuery{Types: []string{api.EventNetwork, api.SandboxEventLog}})
 	if len(evs) != 2 || evs[0].RunID != run || evs[0].Egress.Decision != api.EgressDenied || evs[1].Message != "hi" {
 		t.Fatalf("events %+v", evs)
+	}
+}
+
+// TestRecorderTracksFromSize: a layer smaller than Config.TrackFrom is
+// walked run by run; once it has grown past it, its runs are followed by
+// the change tracker, and stay so; both record the same changes.
+func TestRecorderTracksFromSize(t *testing.T) {
+	rec, e, _ := newRecorderWith(t, true, func(c *audit.Config) { c.TrackFrom = 100 })
+	sb := e.Create(api.CreateSandboxRequest{})
+	tracked := func() uint64 {
+		_, n, _ := audit.TrackerStats(rec)
+		return n
+	}
+	changed := func(cmd string) []string {
+		t.Helper()
+		start := len(events(t, rec, sb.ID, api.EventQuery{}))
+		if r := e.Exec(sb.ID, api.ExecRequest{Command: cmd}); r.Code != 0 {
+			t.Fatalf("exec %q: %+v", cmd, r)
+		}
+		var out []string
+		for _, ev := range events(t, rec, sb.ID, api.EventQuery{})[start:] {
+			if ev.File != nil {
+				out = append(out, ev.File.Change+" "+ev.File.Path)
+			}
+		}
+		return out
+	}
+	if got := changed("echo a > small.txt"); !slices.Equal(got, []string{"created /small.txt"}) {
+		t.Errorf("small layer: %v", got)
+	}
+	if got := changed("echo b >> small.txt"); !slices.Equal(got, []string{"modified /small.txt"}) {
+		t.Errorf("small layer, second run: %v", got)
+	}
+	if n := tracked(); n != 0 {
+		t.Fatalf("%d runs of a 1-entry layer tracked; want them walked", n)
+	}
+	// The run that grows the layer is walked (it started small) ...
+	if got := changed("mkdir many && cd many && i=0; while [ $i -lt 150 ]; do echo $i > f$i; i=$((i+1)); done"); len(got) != 151 {
+		t.Errorf("growing run recorded %d changes, want 151", len(got))
+	}
+	// ... and the next ones are tracked, with the same records.
+	for i, cmd := range []string{"echo c > many/f7", "rm many/f8; mv small.txt big.txt"} {
+		want := [][]string{{"modified /many/f7"}, {"created /big.txt", "deleted /many/f8", "deleted /small.txt"}}[i]
+		if got := changed(cmd); !slices.Equal(got, want) {
+			t.Errorf("tracked run %d: %v, want %v", i, got, want)
+		}
+	}
+	if n := tracked(); n != 2 {
+		t.Errorf("%d runs tracked after the layer grew past 100 entries, want 2", n)
 	}
 }

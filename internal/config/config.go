@@ -90,6 +90,7 @@ const (
 	// most 64 MiB of events per sandbox by default.
 	DefaultAuditRetentionSeconds = 7 * 24 * 60 * 60
 	DefaultAuditMaxBytes         = 64 << 20
+	DefaultAuditTrackFrom        = 512
 )
 
 // Resources are the default limits of a sandbox that asks for none.
@@ -215,11 +216,15 @@ type Config struct {
 	// flight recorder off. AuditWalk makes it list each run's writable
 	// layer before and after the run instead of following it with its
 	// fanotify change tracker (docs/AUDIT.md: for comparison and as a
-	// way out).
+	// way out). AuditTrackFrom is the size (entries) from which a
+	// writable layer is followed by the change tracker rather than listed
+	// per run (a small layer lists faster than the tracker's barrier);
+	// 0 tracks every layer.
 	AuditRetentionSeconds int   `json:"audit_retention_seconds"`
 	AuditMaxBytes         int64 `json:"audit_max_bytes"`
 	AuditDisabled         bool  `json:"audit_disabled,omitempty"`
 	AuditWalk             bool  `json:"audit_walk,omitempty"`
+	AuditTrackFrom        int   `json:"audit_track_from"`
 	// ConsoleDisabled stops serving the web console at /ui/ (and with it
 	// the same-origin browser requests it makes; docs/CONSOLE.md).
 	ConsoleDisabled bool `json:"console_disabled,omitempty"`
@@ -317,6 +322,7 @@ func Default() *Config {
 
 		AuditRetentionSeconds: DefaultAuditRetentionSeconds,
 		AuditMaxBytes:         DefaultAuditMaxBytes,
+		AuditTrackFrom:        DefaultAuditTrackFrom,
 
 		ImplicitCheckpointsKeep:          DefaultImplicitCheckpointsKeep,
 		ImplicitCheckpointsMaxAgeSeconds: DefaultImplicitCheckpointsMaxAgeSeconds,
@@ -459,6 +465,9 @@ func (c *Config) Validate() error {
 		if u, err := url.Parse(c.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("otlp endpoint %q must be an http or https URL", c.OTLPEndpoint)
 		}
+	}
+	if c.AuditTrackFrom < 0 {
+		bad("audit_track_from %d must not be negative (0: track every layer)", c.AuditTrackFrom)
 	}
 	if c.AuditMaxBytes < 0 {
 		bad("audit_max_bytes %d must not be negative (0: default)", c.AuditMaxBytes)

@@ -89,6 +89,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.AuditDisabled }},
 	{Key: "audit_walk", Flag: "audit-walk", Usage: "list each run's writable layer before and after it instead of following it with fanotify (the flight recorder's file changes)",
 		field: func(c *Config) any { return &c.AuditWalk }},
+	{Key: "audit_track_from", Flag: "audit-track-from", Usage: "entries from which a writable layer is followed with fanotify rather than listed before and after each run (0: every layer)",
+		field: func(c *Config) any { return &c.AuditTrackFrom }},
 	{Key: "console_disabled", Flag: "no-console", Usage: "do not serve the web console at /ui/",
 		field: func(c *Config) any { return &c.ConsoleDisabled }},
 	{Key: "connectors_file", Flag: "connectors-file", Env: EnvConnectorsFile, Usage: "JSON array of API bridge connectors [{name, url, secret, header, format}]",

@@ -41,7 +41,7 @@ func openAudit(cfg *config.Config, redactor func(id string) *redact.Redactor, lo
 	// The change tracker's directory sits beside the sandboxes' writable
 	// layers, on their filesystem and mount (not a sandbox id: recovery
 	// leaves it alone).
-	acfg := audit.Config{Store: st, Redactor: redactor, Logger: log}
+	acfg := audit.Config{Store: st, Redactor: redactor, Logger: log, TrackFrom: cfg.AuditTrackFrom}
 	if !cfg.AuditWalk {
 		acfg.TrackDir = filepath.Join(cfg.DataDir, "sandboxes", ".audit-track")
 	}
