@@ -402,3 +402,27 @@ func TestLimitsCPUBound(t *testing.T) {
 	mustRun(t, busy, "kill "+pid)
 	eventually(t, "the busy sandbox is no longer CPU-bound once its loop ends", func() bool { return !cpuBound(busy) })
 }
+
+// TestLimitsDiskQuotaGvisor: the disk quota holds on the gvisor backend
+// too, where runsc's gofer writes the sandbox's files into the same
+// quota'd writable layer: ENOSPC inside, the host loses no more than the
+// quota, the inode cap holds, the sandbox writes again once it frees
+// space, and delete leaves no mount, loop device or image.
+func TestLimitsDiskQuotaGvisor(t *testing.T) {
+	requiresRunsc(t)
+	d := newDaemon(t)
+	if m := agentboxInfo(t, d).DiskQuota; m != api.DiskQuotaLoopExt4 && m != api.DiskQuotaXFSProject {
+		t.Fatalf("agentbox info: disk_quota %q, want a method", m)
+	}
+	const quota = 64 << 20
+	full := d.create(t, agentbox.SandboxSpec{Runtime: "gvisor", Resources: api.Resources{DiskBytes: quota, DiskInodes: 2048}})
+	if full.Info().Backend != "gvisor" {
+		t.Fatalf("backend = %q, want gvisor", full.Info().Backend)
+	}
+	fillDisk(t, full, quota, d.dataDir, 32<<20)
+	fillInodes(t, full, 2048)
+	if got := mustRun(t, full, "rm -rf /root/many && echo again > /root/again && cat /root/again"); got != "again\n" {
+		t.Fatalf("after freeing space: %q", got)
+	}
+	deleteAllDisksGone(t, d, full)
+}
