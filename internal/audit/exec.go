@@ -160,8 +160,10 @@ func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.Exe
 			e.before, walked = scanUpper(e.upper, r.scan.Entries), true
 		}
 		// A small layer is walked rather than tracked: listing a few
-		// hundred entries costs less than the tracker's barrier. Once
-		// tracked, a layer stays tracked.
+		// hundred entries costs less than the tracker's barrier. The size
+		// is looked at only when the layer is listed anyway (its first
+		// run, or after something outside runs changed it); between, a
+		// tracked layer stays tracked and a listed one listed.
 		small := !reuseTracked && !e.before.truncated && len(e.before.files) < r.scan.TrackFrom && (walked || reuseListing)
 		if r.trk != nil && !concurrent && e.upper != "" && !small {
 			// Without reuse, what changed since the last run was done
