@@ -161,9 +161,9 @@ func (r *Recorder) WrapExec(ctx context.Context, h *sandbox.Handle, req *api.Exe
 		}
 		// A small layer is walked rather than tracked: listing a few
 		// hundred entries costs less than the tracker's barrier. The size
-		// is looked at only when the layer is listed anyway (its first
-		// run, or after something outside runs changed it); between, a
-		// tracked layer stays tracked and a listed one listed.
+		// is judged whenever the recorder has a listing (the last run's
+		// end, or one taken now because the layer changed outside runs);
+		// a layer whose last run was tracked stays tracked.
 		small := !reuseTracked && !e.before.truncated && len(e.before.files) < r.scan.TrackFrom && (walked || reuseListing)
 		if r.trk != nil && !concurrent && e.upper != "" && !small {
 			// Without reuse, what changed since the last run was done

@@ -50,9 +50,8 @@ type Config struct {
 	TrackDir string
 	// TrackFrom is the size (entries) from which a layer is followed by
 	// the change tracker rather than walked (0: every layer is tracked).
-	// The size is judged whenever the layer is listed anyway (its first
-	// run, or after a change outside runs); in between, the way the last
-	// run was followed is kept.
+	// A layer whose last run was tracked stays tracked until something
+	// outside runs changes it.
 	TrackFrom int
 	// Sinks receive every event recorded (an exporter: OpenTelemetry,
 	// internal/auditotel).
